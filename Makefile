@@ -1,0 +1,33 @@
+# The commands a newcomer needs; README.md explains them.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup up down test lint build-cluster
+
+$(BIN)/llmfleet: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+setup: $(BIN)/llmfleet  ## virtualenv with llmfleet and its dev tools
+
+up: setup  ## build what is missing, start the local cluster, show its GPU nodes
+	$(BIN)/llmfleet cluster up
+	$(BIN)/llmfleet cluster status
+
+down: setup
+	$(BIN)/llmfleet cluster down
+
+build-cluster: setup  ## only build the pinned binaries into ~/.cache/llmfleet
+	$(BIN)/llmfleet cluster build
+
+lint: setup  ## style, types and layer contracts
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy core crds operator autoscaler gateway runtime_image
+	$(BIN)/lint-imports
+
+test: setup lint  ## every test, the cluster ones included (they start their own cluster)
+	$(BIN)/python -m pytest

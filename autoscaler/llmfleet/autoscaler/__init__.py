@@ -1,0 +1,1 @@
+"""The SLO-aware autoscaler and the fleet simulator (issue 6)."""

@@ -1,0 +1,1 @@
+"""Shared pieces of llmfleet: the CLI, logging, and the local Kubernetes cluster."""

@@ -1,0 +1,190 @@
+"""The `llmfleet` command line (typer + rich).
+
+Errors a person can act on (`ClusterError`) print one red line and exit 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from llmfleet.core.cluster import ClusterError, LocalCluster, build
+from llmfleet.core.cluster.local import DEFAULT_NAME
+from llmfleet.core.cluster.nodes import GPU_TYPES
+from llmfleet.core.cluster.toolchain import TOOLS, TOOLS_BY_NAME, GoTool
+
+app = typer.Typer(
+    name="llmfleet",
+    help="Kubernetes operator and control plane for LLM serving fleets.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+cluster_app = typer.Typer(
+    help="The local Kubernetes cluster (real control plane, fake GPU nodes).",
+    no_args_is_help=True,
+)
+app.add_typer(cluster_app, name="cluster")
+
+out = Console()
+err = Console(stderr=True)
+
+NameOption = Annotated[str, typer.Option("--name", help="Cluster name.")]
+
+
+class _BuildReporter:
+    """Shows Go builds: a live spinner with the latest output on a terminal, a line every 30 s
+    (and per step) otherwise, so CI logs show the build is alive without drowning in lines."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self._progress = progress
+        self._tasks: dict[str, object] = {}
+        self._started: dict[str, float] = {}
+        self._last_print = 0.0
+
+    def __call__(self, tool: GoTool, line: str) -> None:
+        now = time.monotonic()
+        self._started.setdefault(tool.key, now)
+        if self._progress is not None:
+            if tool.key not in self._tasks:
+                self._tasks[tool.key] = self._progress.add_task(tool.key, total=None)
+            task = self._tasks[tool.key]
+            self._progress.update(task, description=f"{tool.key}: {line[-80:]}")  # type: ignore[arg-type]
+            return
+        if line.startswith("building") or now - self._last_print >= 30:
+            elapsed = now - self._started[tool.key]
+            err.print(f"[{elapsed:5.0f}s] {tool.key}: {line[:120]}", highlight=False)
+            self._last_print = now
+
+
+@contextmanager
+def _build_reporter() -> Iterator[_BuildReporter]:
+    if not err.is_terminal:
+        yield _BuildReporter(None)
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        yield _BuildReporter(progress)
+
+
+def _step(message: str) -> None:
+    err.print(f"[bold cyan]>[/] {message}")
+
+
+@cluster_app.command("build")
+def cluster_build(
+    tools: Annotated[
+        list[str] | None,
+        typer.Argument(help=f"Tools to build (default: all): {', '.join(TOOLS_BY_NAME)}."),
+    ] = None,
+) -> None:
+    """Build the pinned binaries from Go modules into ~/.cache/llmfleet (only what is missing)."""
+    unknown = sorted(set(tools or ()) - set(TOOLS_BY_NAME))
+    if unknown:
+        choices = ", ".join(TOOLS_BY_NAME)
+        raise ClusterError(f"unknown tool(s) {', '.join(unknown)}: choose from {choices}")
+    selected = [TOOLS_BY_NAME[name] for name in tools] if tools else list(TOOLS)
+    started = time.monotonic()
+    with _build_reporter() as reporter:
+        spent = build.ensure_tools(selected, progress=reporter)
+    for key, seconds in spent.items():
+        _step(f"built {key} in {seconds:.0f}s")
+    elapsed = time.monotonic() - started
+    _step(f"all {len(selected)} tool(s) ready in {build.cache_root()} ({elapsed:.0f}s)")
+
+
+@cluster_app.command("up")
+def cluster_up(
+    name: NameOption = DEFAULT_NAME,
+    nodes: Annotated[int, typer.Option(help="Number of fake GPU nodes.")] = 2,
+    gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu per node.")] = 8,
+    gpu_type: Annotated[str, typer.Option(help=f"GPU type: {', '.join(GPU_TYPES)}.")] = "H100",
+    port: Annotated[
+        int | None, typer.Option(help="kube-apiserver port on 127.0.0.1 (default: a free one).")
+    ] = None,
+) -> None:
+    """Start the local cluster: build missing binaries, start the control plane, add GPU nodes."""
+    cluster = LocalCluster(name)
+    started = time.monotonic()
+    with _build_reporter() as reporter:
+        cluster.up(
+            nodes,
+            gpus_per_node=gpus_per_node,
+            gpu_type=gpu_type,
+            port=port,
+            step=_step,
+            build_progress=reporter,
+        )
+    _step(f"cluster {name!r} ready in {time.monotonic() - started:.1f}s")
+    _print_nodes(cluster)
+    out.print(f"\nexport KUBECONFIG={cluster.kubeconfig}", highlight=False)
+
+
+@cluster_app.command("down")
+def cluster_down(name: NameOption = DEFAULT_NAME) -> None:
+    """Stop the local cluster and remove its state; no process or port is left behind."""
+    cluster = LocalCluster(name)
+    if not cluster.dir.exists():
+        _step(f"cluster {name!r} is not running; nothing to do")
+        return
+    killed = cluster.down()
+    if killed:
+        _step(f"stopped leftover components: {', '.join(killed)}")
+    _step(f"cluster {name!r} is down")
+
+
+@cluster_app.command("status")
+def cluster_status(name: NameOption = DEFAULT_NAME) -> None:
+    """Show whether the cluster runs, its components, and its GPU nodes (exit 1 when down)."""
+    cluster = LocalCluster(name)
+    status = cluster.status()
+    if not status.running_components:
+        err.print(f"cluster {name!r} is not running (`llmfleet cluster up` starts it)")
+        raise typer.Exit(1)
+    spec = status.spec
+    where = f" on 127.0.0.1:{spec.port}" if spec else ""
+    health = "[green]API ready[/]" if status.api_ready else "[red]API not ready[/]"
+    out.print(f"cluster {name!r}{where}: {health}")
+    out.print(f"components: {', '.join(status.running_components)}", highlight=False)
+    out.print(f"kubeconfig: {status.kubeconfig}", highlight=False)
+    _print_nodes(cluster)
+    if not status.api_ready:
+        raise typer.Exit(1)
+
+
+@cluster_app.command("env")
+def cluster_env(name: NameOption = DEFAULT_NAME) -> None:
+    """Print `export KUBECONFIG=…` for the cluster (use: eval "$(llmfleet cluster env)")."""
+    cluster = LocalCluster(name)
+    if not cluster.kubeconfig.is_file():
+        raise ClusterError(f"cluster {name!r} is not running (`llmfleet cluster up` starts it)")
+    out.print(f"export KUBECONFIG={cluster.kubeconfig}", highlight=False, soft_wrap=True)
+
+
+def _print_nodes(cluster: LocalCluster) -> None:
+    table = Table("NODE", "READY", "GPU", "GPUS", title="GPU nodes", title_justify="left")
+    status = cluster.status()
+    spec = status.spec
+    for node, ready, gpus in status.nodes:
+        table.add_row(node, ready, spec.gpu_type if spec else "?", gpus)
+    out.print(table)
+
+
+def main() -> None:
+    """Entry point: run the app, turning ClusterError into one line on stderr and exit 1."""
+    try:
+        app(standalone_mode=True)
+    except ClusterError as error:
+        err.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""One named local cluster: kwokctl's binary runtime over our cached binaries, plus fake GPU nodes.
+
+State lives in `<state>/clusters/<name>/` (`$LLMFLEET_STATE_DIR`, else `~/.local/state/llmfleet`):
+`kubeconfig` (the one file users point KUBECONFIG at), `kwokctl.yaml` (the configuration we
+generate), `kwok/` (kwokctl's work dir: pids, logs, certificates) and `cluster.json` (how it was
+started). `~/.kube/config` is never read or written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from llmfleet.core.cluster import build, nodes
+from llmfleet.core.cluster.errors import ClusterError
+from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
+
+DEFAULT_NAME = "llmfleet"
+CLUSTER_TOOLS = ("kubernetes", "etcd", "kwok")
+"""Tools `up` needs; helm and the engine simulator are built on demand by their users."""
+
+Step = Callable[[str], None]
+
+
+def state_root() -> Path:
+    configured = os.environ.get("LLMFLEET_STATE_DIR")
+    return Path(configured) if configured else Path.home() / ".local" / "state" / "llmfleet"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """How a cluster was asked for; written to `cluster.json` so `status` can report it."""
+
+    name: str
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str
+    port: int
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    name: str
+    exists: bool
+    api_ready: bool
+    running_components: tuple[str, ...]
+    kubeconfig: Path
+    spec: ClusterSpec | None
+    nodes: tuple[tuple[str, str, str], ...]
+    """(name, Ready condition status, allocatable nvidia.com/gpu) per node."""
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def kwokctl_config(spec: ClusterSpec, binaries: dict[str, Path]) -> dict[str, Any]:
+    """The KwokctlConfiguration: local binaries only, every component on 127.0.0.1 (pure)."""
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "kubeApiserverPort": spec.port,
+            "kubeVersion": TOOLS_BY_NAME["kubernetes"].version,
+            "etcdVersion": TOOLS_BY_NAME["etcd"].version,
+            "kwokVersion": TOOLS_BY_NAME["kwok"].version,
+            "kubeApiserverBinary": str(binaries["kube-apiserver"]),
+            "kubeControllerManagerBinary": str(binaries["kube-controller-manager"]),
+            "kubeSchedulerBinary": str(binaries["kube-scheduler"]),
+            "kubectlBinary": str(binaries["kubectl"]),
+            "etcdBinary": str(binaries["etcd"]),
+            "kwokControllerBinary": str(binaries["kwok"]),
+            # Admission on, so the cluster behaves like a real one (webhooks, ServiceAccount, …).
+            "kubeAdmission": True,
+            "kubeAuthorization": True,
+        },
+        "componentsPatches": [
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    # Pods that request nvidia.com/gpu get the toleration for the GPU taint.
+                    {
+                        "key": "enable-admission-plugins",
+                        "value": "ExtendedResourceToleration",
+                    },
+                ],
+            }
+        ],
+    }
+
+
+class LocalCluster:
+    """Start, stop and inspect one named local cluster."""
+
+    def __init__(self, name: str = DEFAULT_NAME, state: Path | None = None) -> None:
+        self.name = name
+        self.dir = (state or state_root()) / "clusters" / name
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.workdir = self.dir / "kwok"
+
+    # -- paths and small helpers -------------------------------------------------------------
+
+    @property
+    def _spec_file(self) -> Path:
+        return self.dir / "cluster.json"
+
+    @property
+    def _cluster_dir(self) -> Path:
+        return self.workdir / "clusters" / self.name
+
+    def spec(self) -> ClusterSpec | None:
+        if not self._spec_file.is_file():
+            return None
+        return ClusterSpec(**json.loads(self._spec_file.read_text()))
+
+    @staticmethod
+    def binaries() -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for tool_name in (*CLUSTER_TOOLS, "helm"):
+            tool = TOOLS_BY_NAME[tool_name]
+            for binary in tool.binaries:
+                found[binary] = build.binary(tool, binary)
+        return found
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.workdir)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        bin_dirs = [str(build.bin_dir(TOOLS_BY_NAME[name])) for name in CLUSTER_TOOLS]
+        env["PATH"] = os.pathsep.join([*bin_dirs, env.get("PATH", "")])
+        return env
+
+    def _kwokctl(self, *args: str, timeout: float = 180) -> str:
+        kwokctl = str(self.binaries()["kwokctl"])
+        result = subprocess.run(
+            [kwokctl, *args],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip().splitlines()
+            raise ClusterError(f"kwokctl {args[0]} failed: {' | '.join(detail[-3:])}")
+        return result.stdout
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
+        """Run our kubectl against this cluster; a failure is a ClusterError with its message."""
+        result = subprocess.run(
+            [str(self.binaries()["kubectl"]), "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args[:2])}: {result.stderr.strip()}")
+        return result.stdout
+
+    def pids(self) -> dict[str, int]:
+        """Component name -> pid, from the pid files kwokctl's binary runtime writes."""
+        pid_dir = self._cluster_dir / "pids"
+        found: dict[str, int] = {}
+        if pid_dir.is_dir():
+            for pid_file in pid_dir.glob("*.pid"):
+                text = pid_file.read_text().strip()
+                if text.isdigit():
+                    found[pid_file.stem] = int(text)
+        return found
+
+    def running_components(self) -> tuple[str, ...]:
+        return tuple(sorted(name for name, pid in self.pids().items() if _alive(pid)))
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def up(
+        self,
+        node_count: int = 2,
+        *,
+        gpus_per_node: int = 8,
+        gpu_type: str = "H100",
+        port: int | None = None,
+        step: Step = lambda _: None,
+        build_progress: build.Progress | None = None,
+    ) -> ClusterSpec:
+        """Build what is missing, start the control plane, create the GPU nodes, wait for Ready.
+
+        Arguments are validated before anything starts, so bad input changes nothing.
+        """
+        node_manifests = nodes.gpu_nodes(node_count, gpus_per_node, gpu_type)
+        if port is not None and not 1 <= port <= 65535:
+            raise ClusterError(f"--port must be between 1 and 65535, got {port}")
+        if self.running_components():
+            existing = self.spec()
+            raise ClusterError(
+                f"cluster {self.name!r} is already running"
+                + (f" on 127.0.0.1:{existing.port}" if existing else "")
+                + f"; `llmfleet cluster down --name {self.name}` first"
+            )
+        if port is not None and port_in_use(port):
+            raise ClusterError(
+                f"port 127.0.0.1:{port} is already in use; pick another with --port "
+                "(or omit it to choose a free one)"
+            )
+
+        tools = [TOOLS_BY_NAME[name] for name in CLUSTER_TOOLS]
+        missing = build.missing_tools(tools)
+        if missing:
+            build.check_go()
+            step(f"building {', '.join(tool.key for tool in missing)} from Go modules (cold cache)")
+            build.ensure_tools(tools, progress=build_progress)
+
+        spec = ClusterSpec(self.name, node_count, gpus_per_node, gpu_type, port or free_port())
+        self._clean_stale_state()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config_path = self.dir / "kwokctl.yaml"
+        config_path.write_text(yaml.safe_dump(kwokctl_config(spec, self.binaries())))
+        self._spec_file.write_text(json.dumps(asdict(spec)) + "\n")
+
+        step(f"starting the control plane on 127.0.0.1:{spec.port}")
+        try:
+            self._kwokctl(
+                "create", "cluster", "--name", self.name, "--config", str(config_path),
+                "--kubeconfig", "", "--wait", "120s", "--quiet-pull",
+            )  # fmt: skip
+            self.kubeconfig.write_text(self._kwokctl("get", "kubeconfig", "--name", self.name))
+            self.kubeconfig.chmod(0o600)
+            step(f"creating {node_count} fake {gpu_type} nodes x {gpus_per_node} GPUs")
+            self.apply_nodes(node_manifests)
+            self.wait_nodes_ready([manifest["metadata"]["name"] for manifest in node_manifests])
+        except (ClusterError, subprocess.TimeoutExpired) as error:
+            self.down()
+            raise ClusterError(f"starting cluster {self.name!r} failed: {error}") from error
+        return spec
+
+    def apply_nodes(self, manifests: list[dict[str, Any]]) -> None:
+        """Create or update fake nodes; status (capacity) goes through the status subresource."""
+        document = yaml.safe_dump_all(manifests)
+        apply = ["apply", "--server-side", "--field-manager=llmfleet-cluster", "-f", "-"]
+        self.kubectl(*apply, stdin=document)
+        self.kubectl(*apply, "--subresource=status", stdin=document)
+
+    def wait_nodes_ready(self, names: list[str], timeout: float = 60) -> None:
+        self.kubectl(
+            "wait", "--for=condition=Ready", f"--timeout={int(timeout)}s",
+            *(f"node/{name}" for name in names),
+            timeout=timeout + 10,
+        )  # fmt: skip
+
+    def down(self) -> list[str]:
+        """Stop every component and remove the cluster's state; returns what had to be killed.
+
+        kwokctl stops what it started; anything still alive afterwards (a crash left it, or a
+        pid file went missing) is terminated here, so no process and no port is left behind.
+        """
+        pids = self.pids()
+        if self._cluster_dir.is_dir() and build.is_built(TOOLS_BY_NAME["kwok"]):
+            # On failure fall through: whatever is left is killed below.
+            with contextlib.suppress(ClusterError, subprocess.TimeoutExpired):
+                self._kwokctl("delete", "cluster", "--name", self.name, timeout=120)
+        killed = _terminate({name: pid for name, pid in pids.items() if _alive(pid)})
+        self._clean_stale_state()
+        return killed
+
+    def _clean_stale_state(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def status(self) -> ClusterStatus:
+        running = self.running_components()
+        api_ready = False
+        node_rows: list[tuple[str, str, str]] = []
+        if running and self.kubeconfig.is_file():
+            try:
+                api_ready = self.kubectl("get", "--raw", "/readyz", timeout=10).strip() == "ok"
+                listing = json.loads(self.kubectl("get", "nodes", "-o", "json", timeout=10))
+                for item in listing["items"]:
+                    ready = next(
+                        (c["status"] for c in item["status"].get("conditions", [])
+                         if c["type"] == "Ready"),
+                        "Unknown",
+                    )  # fmt: skip
+                    gpus = item["status"].get("allocatable", {}).get(nodes.GPU_RESOURCE, "0")
+                    node_rows.append((item["metadata"]["name"], ready, gpus))
+            except (ClusterError, subprocess.TimeoutExpired):
+                api_ready = False
+        return ClusterStatus(
+            name=self.name,
+            exists=self.dir.is_dir(),
+            api_ready=api_ready,
+            running_components=running,
+            kubeconfig=self.kubeconfig,
+            spec=self.spec(),
+            nodes=tuple(node_rows),
+        )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _terminate(pids: dict[str, int], grace: float = 10) -> list[str]:
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids.values()):
+        time.sleep(0.1)
+    for pid in pids.values():
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return sorted(pids)

@@ -1,0 +1,161 @@
+"""Which tools the local cluster needs, pinned, and the Go command that builds each (pure data).
+
+Every tool is built from Go modules through the Go module proxy with plain `go build` /
+`go install`; nothing is downloaded as a prebuilt binary. Versions fit the machine's Go 1.26
+toolchain (see ../shared/notes/local-cluster-facts.md, checked by the first real build).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.21.4"
+INFERENCE_SIM_VERSION = "v0.10.2"
+
+GOMOD_DIR = Path(__file__).parent / "gomod"
+"""Committed wrapper modules (go.mod, go.sum, tools.go) for tools that `go install` cannot build."""
+
+# A fixed build date keeps the binaries' `--version` output the same from one build to the next.
+_BUILD_DATE = "2026-01-01T00:00:00Z"
+
+
+def _kubernetes_version_ldflags(version: str) -> tuple[str, ...]:
+    """`-X` flags that stamp the version into component-base and client-go.
+
+    Without them the commands report `v0.0.0-master+$Format:%H$`, which kwokctl reads as an
+    unknown version and then picks the wrong flags for the components it starts.
+    """
+    major, minor = version.lstrip("v").split(".")[:2]
+    values = {
+        "gitVersion": version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "gitCommit": "0" * 40,
+        "buildDate": _BUILD_DATE,
+    }
+    flags: list[str] = []
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {package}.{name}={value}" for name, value in values.items()]
+    return tuple(flags)
+
+
+@dataclass(frozen=True)
+class GoTool:
+    """One cached tool: the binaries one Go command builds into `<cache>/<name>-<version>/bin`."""
+
+    name: str
+    version: str
+    packages: tuple[str, ...]
+    """Go packages to build, one binary each (named after the package's last path element)."""
+    module: str | None = None
+    """Wrapper module under `gomod/` to build in; None means `go install <package>@<version>`."""
+    ldflags: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    estimated_minutes: int = 5
+    """Cold build time on a 2-core machine, shown while building so a long wait is expected."""
+    binary_names: tuple[str, ...] = field(default=())
+    """Binary names when they differ from the packages' last path elements."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.version}"
+
+    @property
+    def binaries(self) -> tuple[str, ...]:
+        if self.binary_names:
+            return self.binary_names
+        return tuple(_binary_name(package) for package in self.packages)
+
+    def command(self, out_dir: Path) -> tuple[list[str], Path | None, dict[str, str]]:
+        """The Go command line, its working directory and extra environment for one build."""
+        ldflags = " ".join(("-s", "-w", *self.ldflags))
+        base = ["-trimpath", f"-ldflags={ldflags}"]
+        env = dict(self.env)
+        if self.module is not None:
+            return (
+                ["go", "build", *base, "-o", f"{out_dir}/", *self.packages],
+                (GOMOD_DIR / self.module),
+                env,
+            )
+        env["GOBIN"] = str(out_dir)
+        targets = [f"{package}@{self.version}" for package in self.packages]
+        return ["go", "install", *base, *targets], None, env
+
+
+def go_binary_name(package: str) -> str:
+    """The name `go build` gives a package's binary: its last path element that is not a
+    major-version suffix (`go.etcd.io/etcd/server/v3` builds `server`)."""
+    parts = package.rstrip("/").split("/")
+    if len(parts) > 1 and re.fullmatch(r"v[0-9]+", parts[-1]):
+        return parts[-2]
+    return parts[-1]
+
+
+def _binary_name(package: str) -> str:
+    # etcd's server package builds `server`; install it as what kwokctl and people expect.
+    return "etcd" if package.startswith("go.etcd.io/etcd/server") else go_binary_name(package)
+
+
+TOOLS: tuple[GoTool, ...] = (
+    GoTool(
+        name="kubernetes",
+        version=KUBERNETES_VERSION,
+        module="kubernetes",
+        packages=tuple(
+            f"k8s.io/kubernetes/cmd/{command}"
+            for command in (
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kubectl",
+            )
+        ),
+        ldflags=_kubernetes_version_ldflags(KUBERNETES_VERSION),
+        estimated_minutes=25,
+    ),
+    GoTool(
+        name="etcd",
+        version=ETCD_VERSION,
+        module="etcd",
+        packages=("go.etcd.io/etcd/server/v3",),
+        env=(("CGO_ENABLED", "0"),),
+        estimated_minutes=4,
+    ),
+    GoTool(
+        name="kwok",
+        version=KWOK_VERSION,
+        packages=("sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok/cmd/kwokctl"),
+        env=(("CGO_ENABLED", "0"),),
+        estimated_minutes=8,
+    ),
+    GoTool(
+        name="helm",
+        version=HELM_VERSION,
+        packages=("helm.sh/helm/v3/cmd/helm",),
+        ldflags=(
+            f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+            # Otherwise `helm template` assumes Kubernetes 1.20 for `.Capabilities`.
+            "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+            "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=" + KUBERNETES_VERSION.split(".")[1],
+        ),
+        env=(("CGO_ENABLED", "0"),),
+        estimated_minutes=6,
+    ),
+    GoTool(
+        name="llm-d-inference-sim",
+        version=INFERENCE_SIM_VERSION,
+        module="inference-sim",
+        packages=("github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim",),
+        # Pure Go since v0.8; cgo would pull in the tokenizer bindings we never use.
+        env=(("CGO_ENABLED", "0"),),
+        estimated_minutes=6,
+    ),
+)
+
+TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}

@@ -1,0 +1,1 @@
+"""API types for InferenceService (pydantic v2) and the CRD renderer (issue 3)."""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible gateway: discovery, routing, P/D orchestration (issue 5)."""

@@ -1,0 +1,1 @@
+"""The kopf operator: InferenceService -> Deployments, Services, ConfigMap, PDB (issue 3)."""

@@ -1,0 +1,1 @@
+"""The runtime launcher, warm-up, drain and capacity profiler (issue 4)."""

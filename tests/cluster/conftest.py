@@ -1,0 +1,59 @@
+"""The session's local cluster: started once (or taken from LLMFLEET_KUBECONFIG) and torn down.
+
+Every test module here sets `pytestmark = pytest.mark.cluster`. The fixture builds missing
+binaries first (it waits on the build lock when CI's background build is already at it), so a
+cold cache costs time, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmfleet.core.cluster import LocalCluster
+from tests.cluster.kube import Kube
+
+CLUSTER_NAME = "llmfleet-test"
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    configured = os.environ.get("LLMFLEET_KUBECONFIG")
+    if configured:
+        yield Kube(Path(configured))
+        return
+    cluster = LocalCluster(CLUSTER_NAME, state=tmp_path_factory.mktemp("cluster-state"))
+    started = time.monotonic()
+    cluster.up(
+        node_count=2,
+        gpus_per_node=8,
+        gpu_type="H100",
+        step=lambda message: print(f"[cluster] {message}", file=sys.stderr),
+    )
+    print(f"[cluster] ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    try:
+        yield Kube(cluster.kubeconfig)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards; waits so its pods free their GPUs."""
+    name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{os.getpid() % 10000}"
+    name = "".join(ch for ch in name if ch.isalnum() or ch == "-")
+    kube.kubectl("create", "namespace", name)
+    kube.wait_for(
+        lambda: kube.ok("get", "serviceaccount", "default", "-n", name),
+        30,
+        f"the default ServiceAccount in {name}",
+    )
+    try:
+        yield name
+    finally:
+        kube.kubectl("delete", "namespace", name, "--timeout=90s")

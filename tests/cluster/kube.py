@@ -1,0 +1,61 @@
+"""A small test helper around our kubectl and the Kubernetes Python client for one kubeconfig."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+
+from llmfleet.core.cluster import build
+from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
+
+T = TypeVar("T")
+
+
+class Kube:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        ours = build.binary(TOOLS_BY_NAME["kubernetes"], "kubectl")
+        self.kubectl_path = str(ours) if ours.exists() else (shutil.which("kubectl") or "kubectl")
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.kubectl_path, "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = self.run(*args, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
+        return result.stdout
+
+    def ok(self, *args: str) -> bool:
+        return self.run(*args).returncode == 0
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def api(self) -> client.ApiClient:
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    @staticmethod
+    def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+        """Poll `check` until it returns something truthy; fail naming `what` at the deadline."""
+        deadline = time.monotonic() + timeout
+        last: T = check()
+        while not last:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(interval)
+            last = check()
+        return last

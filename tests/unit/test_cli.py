@@ -1,0 +1,87 @@
+"""Bad input to `llmfleet cluster` is one clear line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llmfleet.core.cli", *args],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def isolated_env(tmp_path: Path) -> dict[str, str]:
+    """No cluster state and an empty binary cache, so nothing real is touched."""
+    env = dict(os.environ)
+    env["LLMFLEET_STATE_DIR"] = str(tmp_path / "state")
+    env["LLMFLEET_CACHE_DIR"] = str(tmp_path / "cache")
+    env["COLUMNS"] = "200"
+    return env
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], message: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--gpu-type", "X100"], "unknown GPU type 'X100'", id="unknown-gpu-type"),
+        pytest.param(["--nodes", "0"], "--nodes must be at least 1, got 0", id="zero-nodes"),
+        pytest.param(["--gpus-per-node", "0"], "--gpus-per-node must be at least 1", id="no-gpus"),
+        pytest.param(["--port", "70000"], "--port must be between 1 and 65535", id="bad-port"),
+    ],
+)
+def test_bad_arguments(args: list[str], message: str, isolated_env: dict[str, str]) -> None:
+    assert_one_line_error(llmfleet("cluster", "up", *args, env=isolated_env), message)
+
+
+def test_busy_port(busy_port: int, isolated_env: dict[str, str]) -> None:
+    result = llmfleet("cluster", "up", "--port", str(busy_port), env=isolated_env)
+    assert_one_line_error(result, f"port 127.0.0.1:{busy_port} is already in use")
+
+
+def test_missing_go_toolchain(isolated_env: dict[str, str], tmp_path: Path) -> None:
+    # Only the Python interpreter's own directory stays on PATH: no `go` anywhere.
+    python_dir = tmp_path / "python-only"
+    python_dir.mkdir()
+    (python_dir / "python").symlink_to(sys.executable)
+    assert shutil.which("go", path=str(python_dir)) is None
+    isolated_env["PATH"] = str(python_dir)
+    result = llmfleet("cluster", "up", env=isolated_env)
+    assert_one_line_error(result, "the Go toolchain is not on PATH")
+
+
+def test_env_and_status_of_a_cluster_that_is_not_running(isolated_env: dict[str, str]) -> None:
+    assert_one_line_error(llmfleet("cluster", "env", env=isolated_env), "is not running")
+    status = llmfleet("cluster", "status", env=isolated_env)
+    assert status.returncode == 1
+    assert "is not running" in status.stderr
+
+
+def test_build_rejects_unknown_tools(isolated_env: dict[str, str]) -> None:
+    result = llmfleet("cluster", "build", "kubelet", env=isolated_env)
+    assert_one_line_error(result, "unknown tool(s) kubelet")
