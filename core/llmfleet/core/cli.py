@@ -6,6 +6,7 @@ Errors a person can act on (`ClusterError`) print one red line and exit 1, never
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from llmfleet.core.cluster import ClusterError, LocalCluster, build
@@ -40,34 +41,49 @@ NameOption = Annotated[str, typer.Option("--name", help="Cluster name.")]
 
 
 class _BuildReporter:
-    """Shows Go builds: a live spinner with the latest output on a terminal, a line every 30 s
-    (and per step) otherwise, so CI logs show the build is alive without drowning in lines."""
+    """Shows Go builds: a live spinner with the latest output on a terminal; otherwise (CI logs)
+    each step plus a heartbeat line every 30 s, so a long silent compile visibly makes progress."""
+
+    HEARTBEAT_SECONDS = 30.0
 
     def __init__(self, progress: Progress | None) -> None:
         self._progress = progress
-        self._tasks: dict[str, object] = {}
-        self._started: dict[str, float] = {}
-        self._last_print = 0.0
+        self._tasks: dict[str, TaskID] = {}
+        self._current: tuple[str, float] | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        if progress is None:
+            self._heartbeat = threading.Thread(target=self._beat, daemon=True)
+            self._heartbeat.start()
 
     def __call__(self, tool: GoTool, line: str) -> None:
-        now = time.monotonic()
-        self._started.setdefault(tool.key, now)
+        if self._current is None or self._current[0] != tool.key:
+            self._current = (tool.key, time.monotonic())
         if self._progress is not None:
             if tool.key not in self._tasks:
                 self._tasks[tool.key] = self._progress.add_task(tool.key, total=None)
-            task = self._tasks[tool.key]
-            self._progress.update(task, description=f"{tool.key}: {line[-80:]}")  # type: ignore[arg-type]
-            return
-        if line.startswith("building") or now - self._last_print >= 30:
-            elapsed = now - self._started[tool.key]
-            err.print(f"[{elapsed:5.0f}s] {tool.key}: {line[:120]}", highlight=False)
-            self._last_print = now
+            self._progress.update(self._tasks[tool.key], description=f"{tool.key}: {line[-80:]}")
+        elif line.startswith("building"):
+            err.print(f"{tool.key}: {line}", highlight=False)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.HEARTBEAT_SECONDS):
+            if self._current is not None:
+                key, since = self._current
+                err.print(f"{key}: still building ({time.monotonic() - since:.0f}s)")
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 @contextmanager
 def _build_reporter() -> Iterator[_BuildReporter]:
     if not err.is_terminal:
-        yield _BuildReporter(None)
+        reporter = _BuildReporter(None)
+        try:
+            yield reporter
+        finally:
+            reporter.close()
         return
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True) as progress:
