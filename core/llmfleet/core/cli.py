@@ -1,6 +1,6 @@
 """The `llmfleet` command line (typer + rich).
 
-Errors a person can act on (`ClusterError`) print one red line and exit 1, never a traceback.
+Errors a person can act on (`UserError`) print one red line and exit 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from llmfleet.core.cluster import ClusterError, LocalCluster, build
 from llmfleet.core.cluster.local import DEFAULT_NAME
 from llmfleet.core.cluster.nodes import GPU_TYPES
 from llmfleet.core.cluster.toolchain import TOOLS, TOOLS_BY_NAME, GoTool
+from llmfleet.core.errors import UserError
+from llmfleet.crds import render
 
 app = typer.Typer(
     name="llmfleet",
@@ -33,6 +35,8 @@ cluster_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(cluster_app, name="cluster")
+crds_app = typer.Typer(help="The InferenceService CRD rendered from the API models.")
+app.add_typer(crds_app, name="crds")
 
 out = Console()
 err = Console(stderr=True)
@@ -184,6 +188,23 @@ def cluster_env(name: NameOption = DEFAULT_NAME) -> None:
     out.print(f"export KUBECONFIG={cluster.kubeconfig}", highlight=False, soft_wrap=True)
 
 
+@crds_app.command("render")
+def crds_render() -> None:
+    """Write the CRD rendered from the models to crds/manifests/."""
+    for path in render.write():
+        _step(f"wrote {path}")
+
+
+@crds_app.command("check")
+def crds_check() -> None:
+    """Exit 1 when the committed CRD differs from what the models render."""
+    stale = render.stale_files()
+    if stale:
+        names = ", ".join(str(path) for path in stale)
+        raise UserError(f"{names} is stale: run `llmfleet crds render` and commit the result")
+    _step(f"{render.CRD_FILE} is up to date")
+
+
 def _print_nodes(cluster: LocalCluster) -> None:
     table = Table("NODE", "READY", "GPU", "GPUS", title="GPU nodes", title_justify="left")
     status = cluster.status()
@@ -194,10 +215,10 @@ def _print_nodes(cluster: LocalCluster) -> None:
 
 
 def main() -> None:
-    """Entry point: run the app, turning ClusterError into one line on stderr and exit 1."""
+    """Entry point: run the app, turning UserError into one line on stderr and exit 1."""
     try:
         app(standalone_mode=True)
-    except ClusterError as error:
+    except UserError as error:
         err.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
         sys.exit(1)
 

@@ -1,8 +1,7 @@
-"""The one error type the local cluster raises for problems a person can act on."""
+"""The error the local cluster raises for problems a person can act on."""
+
+from llmfleet.core.errors import UserError
 
 
-class ClusterError(Exception):
-    """A problem with the local cluster, stated in one line a person can act on.
-
-    The CLI prints `str(error)` and exits non-zero; it never shows a traceback for these.
-    """
+class ClusterError(UserError):
+    """A problem with the local cluster (bad arguments, a busy port, a failed build, …)."""

@@ -1,0 +1,8 @@
+"""The error type for problems a person can act on."""
+
+
+class UserError(Exception):
+    """A problem stated in one line a person can act on.
+
+    The CLI prints `str(error)` and exits 1; it never shows a traceback for these.
+    """

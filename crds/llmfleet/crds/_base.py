@@ -1,0 +1,80 @@
+"""The base of every API model: camelCase on the wire, docstrings as descriptions, and
+cross-field rules written once for both the API server (CEL) and Python (pydantic).
+
+A `Rule` holds a CEL expression, the message a person reads when it fails, the field it points
+at, and the same check in Python. The CRD renderer emits the CEL as
+`x-kubernetes-validations`; `ApiModel`'s validator runs the Python check, so the operator and
+the tests reject exactly what `kubectl apply` rejects, with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cross-field rule of a model, in CEL and in Python."""
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+    """Python twin of `cel`: receives the model instance, returns False when the rule fails."""
+    field_path: str | None = None
+    """JSONPath (relative to the model, e.g. `.maxReplicas`) of the field to blame."""
+    reason: str = "FieldValueInvalid"
+
+
+def _rules_into_schema(schema: dict[str, Any], model: type[Any]) -> None:
+    """Carry a model's rules into its JSON schema; the CRD renderer turns them into CEL."""
+    rules: tuple[Rule, ...] = getattr(model, "rules", ())
+    if rules:
+        schema["x-llmfleet-rules"] = [
+            {
+                "rule": rule.cel,
+                "message": rule.message,
+                **({"fieldPath": rule.field_path} if rule.field_path else {}),
+                "reason": rule.reason,
+            }
+            for rule in rules
+        ]
+
+
+class ApiModel(BaseModel):
+    """Base of the API types. Field docstrings become the schema's descriptions."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=_rules_into_schema,
+    )
+
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Self:
+        for rule in type(self).rules:
+            if not rule.check(self):
+                raise ValueError(rule.message)
+        return self
+
+    def to_wire(self) -> dict[str, Any]:
+        """The model as it appears in a manifest: camelCase, without unset optional fields."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def defaulted(model: type[ApiModel]) -> Any:
+    """A field that defaults to `model()`, with that default written out in the CRD too.
+
+    The API server checks a schema default against the CEL rules of its object *without*
+    applying the nested defaults first, so the default must be the complete object.
+    """
+    return Field(default_factory=model, json_schema_extra={"default": model().to_wire()})

@@ -1,0 +1,274 @@
+"""`InferenceService.spec`: model, runtime, topology, slo, autoscaling, traffic, rollout.
+
+Bounds and enums are plain pydantic constraints (the renderer turns them into the CRD's
+structural schema); cross-field rules are `Rule`s (CEL for the API server, Python for us).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from llmfleet.crds._base import ApiModel, Rule, defaulted
+
+PositiveInt = Annotated[int, Field(ge=1)]
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class ModelSpec(ApiModel):
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    """Model identifier, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
+    source: Annotated[str, Field(pattern=r"^(hf|pvc|s3|gs)://.+", max_length=1024)] | None = None
+    """Where the weights come from: `hf://org/model`, `pvc://claim/path`, `s3://…` or `gs://…`.
+    Defaults to `hf://<name>`."""
+    revision: Annotated[str, Field(max_length=128)] | None = None
+    """Hub revision (branch, tag or commit) to pin; the default branch when unset."""
+    served_name: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """Model name clients send in the OpenAI `model` field; defaults to `name`."""
+    max_model_len: Annotated[int, Field(ge=16, le=10_485_760)] | None = None
+    """Maximum context length (prompt + output tokens); the model's own limit when unset."""
+
+
+class GpuType(StrEnum):
+    H100 = "H100"
+    H200 = "H200"
+    B200 = "B200"
+    A100 = "A100"
+    L4 = "L4"
+
+
+class GpuSpec(ApiModel):
+    type: GpuType = GpuType.H100
+    """GPU model every pod of the service runs on; selects nodes by `nvidia.com/gpu.product`."""
+    count: Annotated[int, Field(ge=1, le=8)] = 1
+    """GPUs per pod (`nvidia.com/gpu` request and limit)."""
+
+
+class KvCacheDtype(StrEnum):
+    AUTO = "auto"
+    FP8 = "fp8"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+
+
+class Quantization(StrEnum):
+    FP8 = "fp8"
+    AWQ = "awq"
+    GPTQ = "gptq"
+    COMPRESSED_TENSORS = "compressed-tensors"
+    BITSANDBYTES = "bitsandbytes"
+
+
+class ChunkedPrefill(ApiModel):
+    enabled: bool = True
+    """Split long prompts into chunks batched with decodes (keeps ITL steady under long prompts)."""
+    max_batched_tokens: Annotated[int, Field(ge=64, le=1_048_576)] | None = None
+    """Token budget per engine step; the launcher sizes it from the SLO targets when unset."""
+
+
+class SpeculativeMethod(StrEnum):
+    NGRAM = "ngram"
+    EAGLE = "eagle"
+    EAGLE3 = "eagle3"
+    MTP = "mtp"
+    DRAFT_MODEL = "draft_model"
+
+
+class SpeculativeSpec(ApiModel):
+    method: SpeculativeMethod
+    """Speculative decoding method."""
+    model: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """Draft or EAGLE head model; required for `draft_model`, `eagle` and `eagle3`."""
+    num_tokens: Annotated[int, Field(ge=1, le=16)] = 3
+    """Tokens proposed per step."""
+
+    rules = (
+        Rule(
+            cel="!(self.method in ['draft_model', 'eagle', 'eagle3']) || has(self.model)",
+            message="speculative method draft_model, eagle and eagle3 need a model",
+            field_path=".model",
+            reason="FieldValueRequired",
+            check=lambda s: (
+                s.method not in ("draft_model", "eagle", "eagle3") or s.model is not None
+            ),
+        ),
+    )
+
+
+class EnvVar(ApiModel):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+    """Environment variable name."""
+    value: Annotated[str, Field(max_length=32_768)] = ""
+    """Its value."""
+
+
+class RuntimeSpec(ApiModel):
+    image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    """Runtime image; llmfleet's tuned vLLM image of this release when unset."""
+    engine: Annotated[str, Field(pattern="^vllm$")] = "vllm"
+    """Inference engine; only `vllm` today."""
+    gpu: GpuSpec = defaulted(GpuSpec)
+    """GPU type and count per pod."""
+    tensor_parallel: Annotated[int, Field(ge=1, le=8)] | None = None
+    """Tensor-parallel size; defaults to the GPU count. Must divide it."""
+    quantization: Quantization | None = None
+    """Weight quantization method, when the checkpoint needs one named."""
+    kv_cache_dtype: KvCacheDtype | None = None
+    """KV-cache precision; the launcher picks fp8 on Hopper and newer when unset."""
+    prefix_caching: bool = True
+    """Reuse KV blocks of shared prompt prefixes."""
+    chunked_prefill: ChunkedPrefill = defaulted(ChunkedPrefill)
+    """Chunked prefill and its per-step token budget."""
+    cuda_graphs: bool = True
+    """Capture CUDA graphs (off means eager mode: slower, faster to start)."""
+    speculative: SpeculativeSpec | None = None
+    """Speculative decoding, off when unset."""
+    max_num_seqs: Annotated[int, Field(ge=1, le=4096)] | None = None
+    """Maximum concurrent sequences per engine."""
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Fraction of GPU memory the engine may use."""
+    extra_args: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = []
+    """Extra `vllm serve` arguments; they win over the launcher's defaults."""
+    env: Annotated[list[EnvVar], Field(max_length=64)] = []
+    """Extra environment variables for the engine container."""
+
+    rules = (
+        Rule(
+            cel="!has(self.tensorParallel) || "
+            "(self.tensorParallel <= self.gpu.count && self.gpu.count % self.tensorParallel == 0)",
+            message="tensorParallel must divide gpu.count (each pod has gpu.count GPUs)",
+            field_path=".tensorParallel",
+            check=lambda r: (
+                r.tensor_parallel is None
+                or (r.tensor_parallel <= r.gpu.count and r.gpu.count % r.tensor_parallel == 0)
+            ),
+        ),
+    )
+
+
+class Toleration(ApiModel):
+    key: Annotated[str, Field(max_length=316)] | None = None
+    """Taint key the toleration matches; empty with operator Exists matches every taint."""
+    operator: Annotated[str, Field(pattern="^(Exists|Equal)$")] = "Equal"
+    """`Exists` or `Equal`."""
+    value: Annotated[str, Field(max_length=63)] | None = None
+    """Taint value to match with `Equal`."""
+    effect: Annotated[str, Field(pattern="^(NoSchedule|PreferNoSchedule|NoExecute)$")] | None = None
+    """Taint effect to match; all effects when unset."""
+    toleration_seconds: int | None = None
+    """For NoExecute: how long the pod stays bound after the taint appears."""
+
+
+class PoolSpec(ApiModel):
+    replicas: Annotated[int, Field(ge=0, le=1000)] = 1
+    """Serving replicas when the autoscaler is off, and its starting point when on."""
+    min_replicas: Annotated[int, Field(ge=0, le=1000)] | None = None
+    """Lowest replica count the autoscaler may choose."""
+    max_replicas: Annotated[int, Field(ge=1, le=1000)] | None = None
+    """Highest replica count the autoscaler may choose."""
+    node_selector: Annotated[dict[str, str], Field(max_length=32)] = {}
+    """Extra node labels the pool's pods require (the GPU product label is added for you)."""
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
+    """Extra tolerations (the `nvidia.com/gpu` one is added for you)."""
+
+    rules = (
+        Rule(
+            cel="!has(self.minReplicas) || self.minReplicas <= self.replicas",
+            message="minReplicas must not exceed replicas",
+            field_path=".minReplicas",
+            check=lambda p: p.min_replicas is None or p.min_replicas <= p.replicas,
+        ),
+        Rule(
+            cel="!has(self.maxReplicas) || self.replicas <= self.maxReplicas",
+            message="replicas must not exceed maxReplicas",
+            field_path=".replicas",
+            check=lambda p: p.max_replicas is None or p.replicas <= p.max_replicas,
+        ),
+    )
+
+
+class Mode(StrEnum):
+    UNIFIED = "Unified"
+    DISAGGREGATED = "Disaggregated"
+
+
+class KvConnector(StrEnum):
+    NIXL = "NixlConnector"
+    LMCACHE = "LMCacheConnectorV1"
+
+
+class KvTransfer(ApiModel):
+    connector: KvConnector = KvConnector.NIXL
+    """How prefill pods hand KV caches to decode pods."""
+
+
+class TopologySpec(ApiModel):
+    mode: Mode = Mode.UNIFIED
+    """`Unified` (one pool does prefill and decode) or `Disaggregated` (one pool each)."""
+    unified: PoolSpec | None = None
+    """The pool of a Unified service (one replica when unset)."""
+    prefill: PoolSpec | None = None
+    """Prefill pool of a Disaggregated service."""
+    decode: PoolSpec | None = None
+    """Decode pool of a Disaggregated service."""
+    kv_transfer: KvTransfer | None = None
+    """KV-cache transfer between prefill and decode; required when Disaggregated."""
+
+    rules = (
+        Rule(
+            cel="self.mode != 'Disaggregated' || (has(self.prefill) && has(self.decode))",
+            message="mode Disaggregated needs both a prefill and a decode pool",
+            field_path=".mode",
+            reason="FieldValueRequired",
+            check=lambda t: (
+                t.mode != Mode.DISAGGREGATED or (t.prefill is not None and t.decode is not None)
+            ),
+        ),
+        Rule(
+            cel="self.mode != 'Disaggregated' || has(self.kvTransfer)",
+            message="mode Disaggregated needs kvTransfer.connector "
+            "(NixlConnector or LMCacheConnectorV1)",
+            field_path=".kvTransfer",
+            reason="FieldValueRequired",
+            check=lambda t: t.mode != Mode.DISAGGREGATED or t.kv_transfer is not None,
+        ),
+        Rule(
+            cel="self.mode != 'Unified' || "
+            "(!has(self.prefill) && !has(self.decode) && !has(self.kvTransfer))",
+            message="mode Unified takes only the unified pool: remove prefill, decode and "
+            "kvTransfer, or set mode Disaggregated",
+            field_path=".mode",
+            check=lambda t: (
+                t.mode != Mode.UNIFIED
+                or (t.prefill is None and t.decode is None and t.kv_transfer is None)
+            ),
+        ),
+        Rule(
+            cel="self.mode != 'Disaggregated' || !has(self.unified)",
+            message="mode Disaggregated has no unified pool: use prefill and decode",
+            field_path=".unified",
+            check=lambda t: t.mode != Mode.DISAGGREGATED or t.unified is None,
+        ),
+    )
+
+
+class SloSpec(ApiModel):
+    ttft_p95_ms: Annotated[float, Field(gt=0, le=600_000)] | None = None
+    """Target 95th-percentile time to first token, in milliseconds."""
+    itl_p95_ms: Annotated[float, Field(gt=0, le=60_000)] | None = None
+    """Target 95th-percentile inter-token latency, in milliseconds."""
+    max_kv_cache_usage: Annotated[float, Field(gt=0, le=1)] = 0.85
+    """KV-cache usage (0 to 1) above which a pool counts as saturated."""
+
+
+class AutoscalingSpec(ApiModel):
+    enabled: bool = False
+    """Let llmfleet's autoscaler size the pools (within min/max replicas)."""
+    warm_spares: Annotated[int, Field(ge=0, le=100)] = 0
+    """Loaded, warm pods per pool kept out of traffic, promoted in seconds on scale-up."""
+    gpu_budget: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """Most GPUs the whole service may hold, spares included."""
+    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=86_400)] = 300
+    """How long load must stay low before a pool shrinks."""
