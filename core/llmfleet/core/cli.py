@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from typing import Annotated
 
 import typer
@@ -214,8 +215,19 @@ def _print_nodes(cluster: LocalCluster) -> None:
     out.print(table)
 
 
+COMMANDS_GROUP = "llmfleet.commands"
+"""Entry-point group through which components add sub-commands (`llmfleet operator`, …) without
+core importing them: each entry point names a typer app, registered under the entry's name."""
+
+
+def add_component_commands(root: typer.Typer) -> None:
+    for entry in entry_points(group=COMMANDS_GROUP):
+        root.add_typer(entry.load(), name=entry.name)
+
+
 def main() -> None:
     """Entry point: run the app, turning UserError into one line on stderr and exit 1."""
+    add_component_commands(app)
     try:
         app(standalone_mode=True)
     except UserError as error:

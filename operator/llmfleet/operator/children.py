@@ -1,0 +1,208 @@
+"""The Kubernetes objects one InferenceService owns, as manifests (pure).
+
+Per service: a ConfigMap with each pool's runtime config and a headless metrics Service (and
+a ServiceMonitor on it when the Prometheus Operator is installed). Per pool: a Deployment of
+engine pods, a Service that selects only serving pods, and a PodDisruptionBudget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from llmfleet.core.cluster.nodes import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES
+from llmfleet.crds import API_VERSION, KIND, InferenceService
+from llmfleet.crds import labels as L
+from llmfleet.operator.settings import OperatorSettings
+
+CONFIG_DIR = "/etc/llmfleet/runtime"
+METRICS_LABEL = "llmfleet.dev/metrics"
+Manifest = dict[str, Any]
+
+
+def child_name(service: InferenceService, pool: str | None = None) -> str:
+    name = str(service.metadata["name"])
+    return f"{name}-{pool}" if pool else name
+
+
+def _meta(service: InferenceService, name: str, pool: str | None = None) -> dict[str, Any]:
+    labels = {L.SERVICE: service.metadata["name"], L.MANAGED_BY: L.MANAGED_BY_VALUE}
+    if pool:
+        labels[L.POOL] = pool
+    return {
+        "name": name,
+        "namespace": service.metadata["namespace"],
+        "labels": labels,
+        "ownerReferences": [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": service.metadata["name"],
+                "uid": service.metadata["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+def runtime_config(service: InferenceService, pool: str) -> dict[str, Any]:
+    """What the launcher in a pod of `pool` reads (camelCase, like the spec it comes from)."""
+    spec = service.spec
+    config: dict[str, Any] = {
+        "service": service.metadata["name"],
+        "namespace": service.metadata["namespace"],
+        "role": pool,
+        "port": L.ENGINE_PORT,
+        "model": spec.model.to_wire() | {"servedName": spec.served_name},
+        "runtime": spec.runtime.to_wire(),
+        "slo": spec.slo.to_wire(),
+    }
+    if spec.topology.kv_transfer is not None:
+        config["kvTransfer"] = spec.topology.kv_transfer.to_wire()
+    return config
+
+
+def _config_text(service: InferenceService, pool: str) -> str:
+    return json.dumps(runtime_config(service, pool), sort_keys=True, indent=2) + "\n"
+
+
+def config_map(service: InferenceService) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(service, child_name(service, "runtime")),
+        "data": {f"{pool}.json": _config_text(service, pool) for pool in service.spec.pools()},
+    }
+
+
+def deployment(
+    service: InferenceService, pool: str, replicas: int, settings: OperatorSettings
+) -> Manifest:
+    spec = service.spec
+    pool_spec = spec.pools()[pool]
+    gpus = spec.runtime.gpu.count
+    selector = {L.SERVICE: service.metadata["name"], L.POOL: pool}
+    config_hash = hashlib.sha256(_config_text(service, pool).encode()).hexdigest()[:16]
+    node_selector = {GPU_PRODUCT_LABEL: GPU_TYPES[spec.runtime.gpu.type.value].product}
+    node_selector |= pool_spec.node_selector
+    tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations += [toleration.to_wire() for toleration in pool_spec.tolerations]
+    probe_port = {"port": "http"}
+    container = {
+        "name": "engine",
+        "image": spec.runtime.image or settings.runtime_image,
+        "command": ["llmfleet-runtime", "serve", "--config", f"{CONFIG_DIR}/{pool}.json"],
+        "ports": [{"name": "http", "containerPort": L.ENGINE_PORT, "protocol": "TCP"}],
+        "env": [env.to_wire() for env in spec.runtime.env]
+        + [{"name": "LLMFLEET_DRAIN_SECONDS", "value": str(settings.drain_seconds)}],
+        "resources": {
+            "requests": {GPU_RESOURCE: str(gpus), "cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi"},
+            "limits": {GPU_RESOURCE: str(gpus)},
+        },
+        "volumeMounts": [{"name": "runtime-config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        # Ready only after the engine is healthy and warmed up (the launcher decides).
+        "readinessProbe": {"httpGet": {"path": "/ready", **probe_port}, "periodSeconds": 2},
+        "livenessProbe": {
+            "httpGet": {"path": "/health", **probe_port},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        # Model load and CUDA-graph capture take minutes; liveness starts counting after it.
+        "startupProbe": {
+            "httpGet": {"path": "/health", **probe_port},
+            "periodSeconds": 5,
+            "failureThreshold": 120,
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(service, child_name(service, pool), pool),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "strategy": {
+                "type": "RollingUpdate",
+                # Never below capacity during a rollout; one extra pod at a time (GPUs are dear).
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    # New pods start as spares; the operator promotes them once Ready.
+                    "labels": selector | {L.SERVING: "false"},
+                    "annotations": {L.CONFIG_HASH: config_hash},
+                },
+                "spec": {
+                    # Long enough for the launcher to drain in-flight requests after SIGTERM.
+                    "terminationGracePeriodSeconds": settings.drain_seconds + 30,
+                    "nodeSelector": node_selector,
+                    "tolerations": tolerations,
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": "runtime-config",
+                            "configMap": {"name": child_name(service, "runtime")},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def pool_service(service: InferenceService, pool: str) -> Manifest:
+    selector = {L.SERVICE: service.metadata["name"], L.POOL: pool, L.SERVING: "true"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(service, child_name(service, pool), pool),
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": L.ENGINE_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def disruption_budget(service: InferenceService, pool: str) -> Manifest:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(service, child_name(service, pool), pool),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": {L.SERVICE: service.metadata["name"], L.POOL: pool}},
+        },
+    }
+
+
+def metrics_service(service: InferenceService) -> Manifest:
+    """Headless Service over every engine pod, spares included, for Prometheus to scrape."""
+    metadata = _meta(service, child_name(service, "metrics"))
+    metadata["labels"][METRICS_LABEL] = "true"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {L.SERVICE: service.metadata["name"]},
+            "ports": [{"name": "http", "port": L.ENGINE_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def service_monitor(service: InferenceService) -> Manifest:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _meta(service, child_name(service, "metrics")),
+        "spec": {
+            "selector": {
+                "matchLabels": {L.SERVICE: service.metadata["name"], METRICS_LABEL: "true"}
+            },
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "podTargetLabels": [L.SERVICE, L.POOL],
+        },
+    }

@@ -1,0 +1,89 @@
+"""`llmfleet operator`: run the InferenceService operator (kopf) against the current kubeconfig."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Annotated, Any
+
+import kopf
+import typer
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from llmfleet.operator.handlers import build_registry
+from llmfleet.operator.kube import Kube
+from llmfleet.operator.reconcile import Reconciler
+from llmfleet.operator.settings import OperatorSettings
+
+app = typer.Typer(help="Run the InferenceService operator.", invoke_without_command=True)
+
+
+def _api() -> client.ApiClient:
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+def ensure_peering(api: client.ApiClient, name: str, namespaces: list[str]) -> None:
+    """Create the kopf peering object(s) replicas meet on, when the peering CRDs exist."""
+    custom = client.CustomObjectsApi(api)
+    body: dict[str, Any] = {"metadata": {"name": name}}
+    try:
+        if namespaces:
+            for namespace in namespaces:
+                custom.create_namespaced_custom_object(
+                    "kopf.dev",
+                    "v1",
+                    namespace,
+                    "kopfpeerings",
+                    {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", **body},
+                )
+        else:
+            custom.create_cluster_custom_object(
+                "kopf.dev",
+                "v1",
+                "clusterkopfpeerings",
+                {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", **body},
+            )
+    except ApiException as error:
+        if error.status != 409:  # 409: it exists already
+            raise
+
+
+@app.callback()
+def run(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Watch only these namespaces (repeatable)."),
+    ] = None,
+    peering: Annotated[
+        str | None, typer.Option(help="Peering name replicas share (only one acts at a time).")
+    ] = None,
+    standalone: Annotated[
+        bool, typer.Option(help="No peering: for a single replica or a cluster without the CRDs.")
+    ] = False,
+) -> None:
+    """Reconcile InferenceServices into pools of engine pods, Services and budgets."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # kopf logs every watch-event handler call at INFO; ours log what they do themselves.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    settings = OperatorSettings()
+    namespaces = list(namespace or settings.namespaces)
+    peering_name = peering or settings.peering
+    api = _api()
+    if not standalone:
+        ensure_peering(api, peering_name, namespaces)
+    reconciler = Reconciler(Kube(api, settings.field_manager), settings)
+    registry = build_registry(reconciler, settings.resync_seconds)
+    kopf.run(
+        registry=registry,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        standalone=standalone,
+        peering_name=peering_name,
+        # Distinct priorities make exactly one replica active; the others wait as standbys.
+        priority=secrets.randbelow(2**31),
+    )

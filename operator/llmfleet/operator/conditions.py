@@ -1,0 +1,113 @@
+"""Status conditions (pure): Ready, Progressing, Degraded and ScalingLimited, with reasons and
+messages a person can act on. A condition keeps its lastTransitionTime while its status holds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from llmfleet.core.cluster.nodes import GPU_RESOURCE
+from llmfleet.crds import Condition, InferenceService
+from llmfleet.crds.inference_service import ConditionStatus
+from llmfleet.operator.observed import Observed
+from llmfleet.operator.pools import PoolAssignment
+
+if TYPE_CHECKING:
+    from llmfleet.operator.plan import PoolTarget
+
+
+def _unschedulable(observed: Observed) -> dict[str, list[str]]:
+    """Scheduler messages of Pending pods per pool."""
+    found: dict[str, list[str]] = {}
+    for pod in observed.pods:
+        if pod.unschedulable and not pod.terminating:
+            found.setdefault(pod.pool, []).append(pod.unschedulable)
+    return found
+
+
+def conditions(
+    service: InferenceService,
+    observed: Observed,
+    targets: Mapping[str, PoolTarget],
+    assignments: Mapping[str, PoolAssignment],
+    now: datetime,
+) -> list[Condition]:
+    generation = service.metadata.get("generation")
+    gpus = service.spec.runtime.gpu
+    short = {pool: a.serving < targets[pool].active for pool, a in assignments.items()}
+    pending = _unschedulable(observed)
+    gpu_pending = {
+        pool: msgs for pool, msgs in pending.items() if any(GPU_RESOURCE in msg for msg in msgs)
+    }
+    summary = ", ".join(
+        f"{pool} {a.serving}/{targets[pool].active} serving" for pool, a in assignments.items()
+    )
+
+    if gpu_pending:
+        pool, messages = next(iter(gpu_pending.items()))
+        count = sum(len(msgs) for msgs in gpu_pending.values())
+        problem = (
+            "InsufficientGPU",
+            f"{count} pod(s) need {gpus.count} x {gpus.type.value} GPU each and cannot be "
+            f"scheduled ({pool}: {messages[0].strip()}). Add GPU nodes, or lower replicas or "
+            "runtime.gpu.count.",
+        )
+    elif pending:
+        pool, messages = next(iter(pending.items()))
+        problem = ("Unschedulable", f"{pool} pods cannot be scheduled: {messages[0].strip()}")
+    else:
+        problem = None
+
+    if not any(short.values()):
+        ready = (ConditionStatus.TRUE, "Serving", f"All pools serve: {summary}.")
+    elif problem is not None:
+        ready = (ConditionStatus.FALSE, problem[0], problem[1])
+    else:
+        ready = (
+            ConditionStatus.FALSE,
+            "PodsStarting",
+            f"Waiting for engine pods to load and warm up: {summary}.",
+        )
+
+    settling = [
+        pool
+        for pool, a in assignments.items()
+        if a.total != a.replicas or a.ready < a.total or short[pool]
+    ]
+    progressing = (
+        (ConditionStatus.TRUE, "Scaling", f"Pools settling: {', '.join(settling)} ({summary}).")
+        if settling
+        else (ConditionStatus.FALSE, "Stable", f"Every pool runs its target ({summary}).")
+    )
+    degraded = (
+        (ConditionStatus.TRUE, problem[0], problem[1])
+        if problem is not None
+        else (ConditionStatus.FALSE, "AsExpected", "No problems seen.")
+    )
+    wanted = {"Ready": ready, "Progressing": progressing, "Degraded": degraded}
+    if observed.autoscaling is not None:
+        limited = observed.autoscaling.limited
+        wanted["ScalingLimited"] = (
+            (ConditionStatus.TRUE, "AutoscalerLimited", observed.autoscaling.message)
+            if limited
+            else (ConditionStatus.FALSE, "WithinLimits", "The autoscaler is not limited.")
+        )
+
+    previous = {condition.type: condition for condition in observed.conditions}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = []
+    for kind, (status, reason, message) in wanted.items():
+        before = previous.get(kind)
+        since = before.last_transition_time if before and before.status == status else stamp
+        result.append(
+            Condition(
+                type=kind,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=since,
+                observed_generation=generation,
+            )
+        )
+    return result

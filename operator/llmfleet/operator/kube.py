@@ -1,0 +1,192 @@
+"""The operator's only door to the Kubernetes API: read the world, write with server-side apply.
+
+Every write goes through one field manager. Conflicts with other managers are forced (we own
+what we write: drift is reverted), transient API errors are retried a few times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
+from llmfleet.crds import labels as L
+from llmfleet.crds.inference_service import AutoscalingStatus
+from llmfleet.operator.observed import Observed, ObservedPod
+from llmfleet.operator.pools import PodChange
+
+T = TypeVar("T")
+RETRYABLE = {409, 429, 500, 502, 503, 504}
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+
+
+def retrying(call: Callable[[], T], attempts: int = 5) -> T:
+    """Run an API call, retrying conflicts, throttling and server errors with backoff."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except ApiException as error:
+            if error.status not in RETRYABLE or attempt == attempts - 1:
+                raise
+            time.sleep(min(0.2 * 2**attempt, 2.0))
+    raise AssertionError("unreachable")
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def observed_pod(pod: client.V1Pod) -> ObservedPod:
+    meta: Any = pod.metadata
+    labels = meta.labels or {}
+    annotations = meta.annotations or {}
+    conditions = {c.type: c for c in (pod.status.conditions or [])} if pod.status else {}
+    ready = conditions.get("Ready")
+    scheduled = conditions.get("PodScheduled")
+    unschedulable = (
+        scheduled.message or "Unschedulable"
+        if scheduled is not None
+        and scheduled.status == "False"
+        and scheduled.reason == "Unschedulable"
+        else None
+    )
+    cost = annotations.get(L.DELETION_COST)
+    return ObservedPod(
+        name=meta.name,
+        pool=labels.get(L.POOL, ""),
+        created=meta.creation_timestamp or datetime.now(UTC),
+        ready=ready is not None and ready.status == "True",
+        serving=labels.get(L.SERVING) == "true",
+        terminating=meta.deletion_timestamp is not None,
+        demoted_at=_parse_time(annotations.get(L.DEMOTED_AT)),
+        deletion_cost=int(cost) if cost and cost.lstrip("-").isdigit() else None,
+        unschedulable=unschedulable,
+    )
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient, field_manager: str) -> None:
+        self.api = api
+        self.field_manager = field_manager
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.extensions = client.ApiextensionsV1Api(api)
+        self._dynamic: DynamicClient | None = None
+        self._monitor_crd: tuple[float, bool] | None = None
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self.api)  # type: ignore[no-untyped-call]
+        return self._dynamic
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def service_monitor_crd(self) -> bool:
+        """Whether the Prometheus Operator's CRD exists (checked at most once a minute)."""
+        now = time.monotonic()
+        if self._monitor_crd is None or now - self._monitor_crd[0] > 60:
+            try:
+                self.extensions.read_custom_resource_definition(SERVICE_MONITOR_CRD)
+                found = True
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                found = False
+            self._monitor_crd = (now, found)
+        return self._monitor_crd[1]
+
+    def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> Observed:
+        pods = retrying(
+            lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{L.SERVICE}={name}")
+        )
+        autoscaling = status.get("autoscaling")
+        return Observed(
+            pods=tuple(observed_pod(pod) for pod in pods.items),
+            service_monitor_crd=self.service_monitor_crd(),
+            conditions=tuple(
+                Condition.model_validate(condition) for condition in status.get("conditions", [])
+            ),
+            autoscaling=AutoscalingStatus.model_validate(autoscaling) if autoscaling else None,
+        )
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def apply(self, manifest: Mapping[str, Any]) -> None:
+        resource = self.dynamic.resources.get(
+            api_version=manifest["apiVersion"], kind=manifest["kind"]
+        )
+        metadata = manifest["metadata"]
+        retrying(
+            lambda: resource.server_side_apply(
+                body=dict(manifest),
+                name=metadata["name"],
+                namespace=metadata.get("namespace"),
+                field_manager=self.field_manager,
+                force_conflicts=True,
+            )
+        )
+
+    def change_pod(self, namespace: str, change: PodChange) -> None:
+        """Apply the serving label and our annotations to one pod (absent ones are removed)."""
+        annotations = {L.DELETION_COST: str(change.deletion_cost)}
+        if change.demoted_at is not None:
+            annotations[L.DEMOTED_AT] = change.demoted_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": change.name,
+                "namespace": namespace,
+                "labels": {L.SERVING: "true" if change.serving else "false"},
+                "annotations": annotations,
+            },
+        }
+        try:
+            self.apply(manifest)
+        except ApiException as error:
+            if error.status != 404:  # the pod went away meanwhile: the next pass sees that
+                raise
+
+    def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the status subresource; keys we do not send (autoscaling) are kept."""
+        retrying(
+            lambda: self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
+            )
+        )
+
+    def event(
+        self, owner: Mapping[str, Any], reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        metadata = owner["metadata"]
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}."),
+            involved_object=client.V1ObjectReference(
+                api_version=owner.get("apiVersion"),
+                kind=owner.get("kind"),
+                name=metadata["name"],
+                namespace=metadata["namespace"],
+                uid=metadata.get("uid"),
+            ),
+            reason=reason,
+            message=message[:1024],
+            type=kind,
+            source=client.V1EventSource(component=self.field_manager),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        retrying(lambda: self.core.create_namespaced_event(metadata["namespace"], event))

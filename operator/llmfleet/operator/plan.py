@@ -1,0 +1,155 @@
+"""`desired(service, observed, settings, now) -> Plan`: the whole reconcile decision, pure.
+
+No I/O here: the plan lists the objects to server-side apply, the pod labels to flip, the
+status to write and the events to post; `reconcile.py` carries it out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from llmfleet.crds import InferenceService
+from llmfleet.crds import labels as L
+from llmfleet.crds.inference_service import PoolStatus
+from llmfleet.operator import children
+from llmfleet.operator.children import Manifest
+from llmfleet.operator.conditions import conditions
+from llmfleet.operator.observed import Observed
+from llmfleet.operator.pools import PodChange, PoolAssignment, assign
+from llmfleet.operator.settings import OperatorSettings
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    active: int
+    spares: int
+    source: str
+    """Where `active` came from: the spec, or the autoscaler's decision."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    objects: tuple[Manifest, ...]
+    pod_changes: tuple[PodChange, ...]
+    status: dict[str, object]
+    """Merge patch for the status subresource (never touches `status.autoscaling`)."""
+    events: tuple[tuple[str, str], ...]
+    """(reason, message) pairs to post as Kubernetes Events on the service."""
+    requeue_after: float | None
+    """Look again this soon (a drain ends, pods are starting); None: wait for a change."""
+
+
+def targets(service: InferenceService, observed: Observed) -> dict[str, PoolTarget]:
+    """Active and spare pods per pool: the spec's replicas, or the autoscaler's decision
+    (clamped to the pool's min/max) when autoscaling is on and it has decided."""
+    spec = service.spec
+    decided = observed.autoscaling.pools if observed.autoscaling else {}
+    result: dict[str, PoolTarget] = {}
+    for pool, pool_spec in spec.pools().items():
+        active, spares, source = pool_spec.replicas, spec.autoscaling.warm_spares, "spec"
+        if spec.autoscaling.enabled and pool in decided:
+            decision = decided[pool]
+            low = pool_spec.min_replicas or 0
+            high = pool_spec.max_replicas if pool_spec.max_replicas is not None else 10**6
+            active, spares, source = (
+                min(max(decision.active, low), high),
+                decision.spares,
+                "autoscaler",
+            )
+        result[pool] = PoolTarget(active, spares, source)
+    return result
+
+
+def desired(
+    service: InferenceService, observed: Observed, settings: OperatorSettings, now: datetime
+) -> Plan:
+    pools = targets(service, observed)
+    assignments: dict[str, PoolAssignment] = {
+        pool: assign(
+            observed.pool_pods(pool), target.active, target.spares, now, settings.drain_seconds
+        )
+        for pool, target in pools.items()
+    }
+
+    objects: list[Manifest] = [children.config_map(service), children.metrics_service(service)]
+    if observed.service_monitor_crd:
+        objects.append(children.service_monitor(service))
+    templates: list[object] = []
+    for pool, assignment in assignments.items():
+        deployment = children.deployment(service, pool, assignment.replicas, settings)
+        templates.append(deployment["spec"]["template"])
+        objects += [
+            deployment,
+            children.pool_service(service, pool),
+            children.disruption_budget(service, pool),
+        ]
+
+    events: list[tuple[str, str]] = []
+    for pool, assignment in assignments.items():
+        if assignment.promoted:
+            events.append(
+                (
+                    "Promoted",
+                    f"{pool}: promoted spare(s) {', '.join(assignment.promoted)}"
+                    f" to serving ({pools[pool].active} active wanted)",
+                )
+            )
+        if assignment.demoted:
+            events.append(
+                (
+                    "Demoted",
+                    f"{pool}: demoted {', '.join(assignment.demoted)} to spare;"
+                    f" it drains for up to {settings.drain_seconds}s",
+                )
+            )
+
+    pool_status = {
+        pool: PoolStatus(
+            replicas=assignment.total,
+            ready_replicas=assignment.ready,
+            serving_replicas=assignment.serving,
+            spare_replicas=assignment.spares,
+        ).to_wire()
+        for pool, assignment in assignments.items()
+    }
+    serving = " ".join(
+        f"{pool} {assignment.serving}/{pools[pool].active}"
+        for pool, assignment in assignments.items()
+    )
+    revision = hashlib.sha256(json.dumps(templates, sort_keys=True).encode()).hexdigest()[:10]
+    status: dict[str, object] = {
+        "observedGeneration": service.metadata.get("generation"),
+        "pools": pool_status,
+        "serving": serving,
+        "endpoint": endpoint(service, settings),
+        "revision": revision,
+        "conditions": [
+            condition.to_wire()
+            for condition in conditions(service, observed, pools, assignments, now)
+        ],
+    }
+    settling = any(
+        assignment.ready < assignment.total
+        or assignment.replicas != assignment.total
+        or assignment.serving < pools[pool].active
+        or assignment.changes
+        for pool, assignment in assignments.items()
+    )
+    draining = any(
+        assignment.replicas > pools[pool].active + pools[pool].spares
+        for pool, assignment in assignments.items()
+    )
+    requeue = 2.0 if settling or draining else None
+    pod_changes = tuple(change for a in assignments.values() for change in a.changes)
+    return Plan(tuple(objects), pod_changes, status, tuple(events), requeue)
+
+
+def endpoint(service: InferenceService, settings: OperatorSettings) -> str:
+    if settings.gateway_url:
+        return settings.gateway_url
+    entry = "unified" if "unified" in service.spec.pools() else "decode"
+    namespace = service.metadata["namespace"]
+    return f"http://{children.child_name(service, entry)}.{namespace}.svc:{L.ENGINE_PORT}"

@@ -1,0 +1,26 @@
+"""Operator settings, read from `LLMFLEET_OPERATOR_*` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LLMFLEET_OPERATOR_", frozen=True)
+
+    namespaces: list[str] = []
+    """Namespaces to watch; all namespaces when empty."""
+    field_manager: str = "llmfleet-operator"
+    """The one server-side-apply field manager every write of the operator uses."""
+    runtime_image: str = "ghcr.io/llmfleet/runtime:0.1.0"
+    """Engine image when a service's `runtime.image` is unset (DESIGN.md §6)."""
+    drain_seconds: int = Field(default=120, ge=0)
+    """How long a demoted pod keeps its in-flight requests before it may be deleted; also the
+    pods' termination grace period (plus a margin)."""
+    resync_seconds: float = Field(default=30.0, gt=0)
+    """Reconcile every service at least this often, even when nothing changed."""
+    peering: str = "llmfleet"
+    """kopf peering object: replicas sharing it elect one active operator."""
+    gateway_url: str = ""
+    """The gateway's URL shown as a service's endpoint; the pool Service address when empty."""
