@@ -1,0 +1,389 @@
+"""Runtime config + GPU -> the `vllm serve` command line and environment. Pure: no I/O.
+
+Each option carries where it came from: the spec (a field the user set), a launcher default
+(decided here, with its reason), or the launcher itself (ports, model; never overridable).
+`extraArgs` replace defaults for the same option; contradicting the spec, each other, or a
+launcher-owned option is an error, never a silent merge. The reasons end up in the log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from llmfleet.runtime import sizing
+from llmfleet.runtime.config import Role, RuntimeConfig
+from llmfleet.runtime.errors import ExitCode, LauncherError
+from llmfleet.runtime.gpu import Gpu
+
+CONNECTORS = ("NixlConnector", "LMCacheConnectorV1")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+# A subset of vLLM 0.33's speculative methods and quantization methods (the fixture test checks
+# each is accepted); `bitsandbytes` is gone from vLLM 0.33's list.
+SPECULATIVE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "suffix")
+NEEDS_DRAFT_MODEL = ("eagle", "eagle3", "draft_model")
+QUANTIZATIONS = (
+    "fp8",
+    "awq",
+    "awq_marlin",
+    "gptq",
+    "gptq_marlin",
+    "compressed-tensors",
+    "modelopt",
+)
+
+# FP8 (E4M3/E5M2) tensor-core support starts at sm_89 (Ada, then Hopper and Blackwell; CUDA C
+# Programming Guide). FP8 KV halves the bytes per cached token against bf16, so the same memory
+# holds about twice the tokens (more concurrency before preemption, more prefix-cache hits).
+FP8_KV_MIN_CAPABILITY = (8, 9)
+# The llm-d-benchmark memory measurements our capacity figures come from were taken at 0.9
+# (vllm-facts.md: e.g. 51.38 GiB of KV for Llama-3.1-8B on an H100); running at the same
+# fraction keeps the autoscaler's KV-capacity assumptions true. vLLM 0.33's default is 0.92.
+GPU_MEMORY_UTILIZATION = 0.9
+# vLLM 0.33's optimization level with full and piecewise CUDA graphs (its default; -O3 is
+# currently identical, OptimizationLevel in vllm/config/vllm.py). Capture costs 10-17 s at start
+# (vllm-facts.md), which warm spares hide.
+OPTIMIZATION_LEVEL = "2"
+
+# Options that set the same thing (vLLM dest, or one group for related switches).
+_ALIASES = {
+    "-tp": "--tensor-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-q": "--quantization",
+    "-sc": "--speculative-config",
+    "--device-memory-utilization": "--gpu-memory-utilization",
+    "-O": "--optimization-level",
+}
+_GROUPS = {
+    "--enable-prefix-caching": "prefix-caching",
+    "--disable-prefix-caching": "prefix-caching",
+    "--enable-chunked-prefill": "chunked-prefill",
+    "--disable-chunked-prefill": "chunked-prefill",
+    "--enforce-eager": "cuda-graphs",
+    "--no-enforce-eager": "cuda-graphs",
+    "--optimization-level": "cuda-graphs",
+}
+# The drain and the autoscaler read the engine's metrics; this would turn them off.
+_REFUSED = {"--disable-log-stats": "the launcher's drain and the autoscaler read engine metrics"}
+
+
+class Origin(StrEnum):
+    SPEC = "spec"
+    DEFAULT = "default"
+    LAUNCHER = "launcher"
+    EXTRA = "extraArgs"
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    values: tuple[str, ...] = ()
+    origin: Origin = Origin.DEFAULT
+    reason: str = ""
+    spec_field: str = ""
+    """For SPEC options: the config field that set it (named in conflict errors)."""
+
+    @property
+    def key(self) -> str:
+        return _GROUPS.get(self.flag, self.flag)
+
+    def words(self) -> list[str]:
+        return [self.flag, *self.values]
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    argv: list[str]
+    """`vllm serve MODEL --option …`."""
+    env: dict[str, str]
+    """Environment the engine needs on top of the launcher's."""
+    decisions: list[str] = field(default_factory=list)
+    """One line per default chosen or replaced, for the log."""
+    tensor_parallel: int = 1
+
+
+def _spec(flag: str, value: str | None, spec_field: str) -> Option:
+    return Option(flag, (value,) if value is not None else (), Origin.SPEC, "", spec_field)
+
+
+def _parallelism(config: RuntimeConfig, gpu: Gpu) -> tuple[int, list[Option]]:
+    wanted = config.runtime.tensor_parallel
+    tp = wanted or gpu.count
+    if tp > gpu.count:
+        raise LauncherError(
+            ExitCode.BAD_PARALLELISM,
+            f"tensorParallel {tp} needs {tp} GPUs but this pod has {gpu.count} {gpu.type}",
+        )
+    if gpu.count % tp:
+        raise LauncherError(
+            ExitCode.BAD_PARALLELISM,
+            f"tensorParallel {tp} does not divide the pod's {gpu.count} GPUs",
+        )
+    options = [
+        _spec("--tensor-parallel-size", str(tp), "runtime.tensorParallel")
+        if wanted
+        else Option("--tensor-parallel-size", (str(tp),), reason="one engine over all the GPUs")
+    ]
+    if gpu.count > tp:
+        options.append(
+            Option(
+                "--data-parallel-size",
+                (str(gpu.count // tp),),
+                reason=f"{gpu.count} GPUs / tensorParallel {tp}: the rest serve as replicas",
+            )
+        )
+    return tp, options
+
+
+def _kv_cache(config: RuntimeConfig, gpu: Gpu) -> Option:
+    dtype = config.runtime.kv_cache_dtype
+    if dtype is not None:
+        if dtype not in KV_CACHE_DTYPES:
+            raise LauncherError(
+                ExitCode.BAD_SPEC,
+                f"unknown kvCacheDtype {dtype!r}: use one of {', '.join(KV_CACHE_DTYPES)}",
+            )
+        return _spec("--kv-cache-dtype", dtype, "runtime.kvCacheDtype")
+    cc = gpu.model.compute_capability
+    if cc >= FP8_KV_MIN_CAPABILITY:
+        return Option("--kv-cache-dtype", ("fp8",), reason=f"compute capability {cc[0]}.{cc[1]}")
+    return Option(
+        "--kv-cache-dtype", ("auto",), reason=f"no FP8 on compute capability {cc[0]}.{cc[1]}"
+    )
+
+
+def _speculative(config: RuntimeConfig) -> list[Option]:
+    spec = config.runtime.speculative
+    if spec is None:
+        return []
+    if spec.method not in SPECULATIVE_METHODS:
+        raise LauncherError(
+            ExitCode.BAD_SPEC,
+            f"unknown speculative method {spec.method!r}: "
+            f"use one of {', '.join(SPECULATIVE_METHODS)}",
+        )
+    if spec.method in NEEDS_DRAFT_MODEL and not spec.model:
+        raise LauncherError(
+            ExitCode.BAD_SPEC, f"speculative method {spec.method} needs speculative.model"
+        )
+    body: dict[str, object] = {"method": spec.method, "num_speculative_tokens": spec.num_tokens}
+    if spec.model:
+        body["model"] = spec.model
+    return [
+        _spec(
+            "--speculative-config", json.dumps(body, separators=(",", ":")), "runtime.speculative"
+        )
+    ]
+
+
+def _kv_transfer(config: RuntimeConfig, pod_ip: str | None) -> tuple[list[Option], dict[str, str]]:
+    if config.role is Role.UNIFIED:
+        return [], {}
+    transfer = config.kv_transfer
+    if transfer is None:
+        raise LauncherError(
+            ExitCode.UNKNOWN_KV_CONNECTOR,
+            f"role {config.role} needs kvTransfer.connector ({' or '.join(CONNECTORS)})",
+        )
+    if transfer.connector not in CONNECTORS:
+        raise LauncherError(
+            ExitCode.UNKNOWN_KV_CONNECTOR,
+            f"unknown KV connector {transfer.connector!r}: use {' or '.join(CONNECTORS)}",
+        )
+    env: dict[str, str] = {}
+    if transfer.connector == "NixlConnector":
+        # vLLM's NIXL docs run both sides as kv_both; the request's kv_transfer_params say who
+        # sends. The side channel is where the decode side fetches the prefill side's metadata:
+        # it must be the pod's routable address, not 127.0.0.1.
+        role = "kv_both"
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(transfer.side_channel_port)
+        if pod_ip:
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = pod_ip
+    else:
+        # LMCache's disaggregated examples (vLLM examples/others/lmcache) mark the roles.
+        role = "kv_producer" if config.role is Role.PREFILL else "kv_consumer"
+    body = {"kv_connector": transfer.connector, "kv_role": role}
+    value = json.dumps(body, separators=(",", ":"))
+    return [_spec("--kv-transfer-config", value, "kvTransfer.connector")], env
+
+
+def _either(
+    flag: str, spec_value: str | None, spec_field: str, default: str, reason: str
+) -> Option:
+    """The spec's value when it set one, else the launcher's default with its reason."""
+    if spec_value is not None:
+        return _spec(flag, spec_value, spec_field)
+    return Option(flag, (default,), reason=reason)
+
+
+def _features(config: RuntimeConfig, gpu: Gpu) -> list[Option]:
+    rt = config.runtime
+    options: list[Option] = []
+    if rt.quantization is not None:
+        if rt.quantization not in QUANTIZATIONS:
+            raise LauncherError(
+                ExitCode.BAD_SPEC,
+                f"unknown quantization {rt.quantization!r}: use one of {', '.join(QUANTIZATIONS)}",
+            )
+        options.append(_spec("--quantization", rt.quantization, "runtime.quantization"))
+    options.append(_kv_cache(config, gpu))
+    if rt.prefix_caching is None:
+        # On by default in vLLM V1, but stated so no image default or example can turn it off:
+        # the gateway's prefix-affinity routing only pays when engines cache prefixes.
+        options.append(Option("--enable-prefix-caching", reason="the gateway routes by prefix"))
+    else:
+        flag = "--enable-prefix-caching" if rt.prefix_caching else "--disable-prefix-caching"
+        options.append(_spec(flag, None, "runtime.prefixCaching"))
+    utilization = rt.gpu_memory_utilization
+    options.append(
+        _either(
+            "--gpu-memory-utilization",
+            None if utilization is None else f"{utilization:g}",
+            "runtime.gpuMemoryUtilization",
+            f"{GPU_MEMORY_UTILIZATION:g}",
+            "the fraction our KV-capacity figures were measured at",
+        )
+    )
+    if rt.cuda_graphs is False:
+        options.append(_spec("--enforce-eager", None, "runtime.cudaGraphs"))
+    else:
+        options.append(
+            _either(
+                "--optimization-level",
+                OPTIMIZATION_LEVEL if rt.cuda_graphs else None,
+                "runtime.cudaGraphs",
+                OPTIMIZATION_LEVEL,
+                "full and piecewise CUDA graphs",
+            )
+        )
+    return options
+
+
+def _batching(config: RuntimeConfig, gpu: Gpu, tp: int) -> list[Option]:
+    rt = config.runtime
+    plan = sizing.plan_sizing(config, gpu, tp)
+    chunked = rt.chunked_prefill
+    options: list[Option] = []
+    if chunked.enabled:
+        reason = "long prompts do not stall running decodes"
+        options.append(Option("--enable-chunked-prefill", reason=reason))
+    else:
+        options.append(_spec("--disable-chunked-prefill", None, "runtime.chunkedPrefill.enabled"))
+    if plan.max_batched_tokens is not None:
+        tokens = str(plan.max_batched_tokens)
+        spec_tokens = tokens if chunked.max_batched_tokens is not None else None
+        field_name = "runtime.chunkedPrefill.maxBatchedTokens"
+        reason = plan.batched_tokens_reason
+        options.append(_either("--max-num-batched-tokens", spec_tokens, field_name, tokens, reason))
+    seqs = None if rt.max_num_seqs is None else str(rt.max_num_seqs)
+    default, reason = str(plan.max_num_seqs), plan.max_num_seqs_reason
+    options.append(_either("--max-num-seqs", seqs, "runtime.maxNumSeqs", default, reason))
+    return options
+
+
+def split_args(words: list[str]) -> list[Option]:
+    """Group `extraArgs` into options: a word starting with `-` opens one, the words after it
+    (up to the next option) are its values. `--a_b=v` is `--a-b v`, `-O3` is
+    `--optimization-level 3`, and short aliases become their long names, as vLLM reads them."""
+    options: list[tuple[str, list[str]]] = []
+    for word in words:
+        if word.startswith("-") and not _is_number(word):
+            flag, eq, value = word.partition("=")
+            if flag.startswith("--"):
+                flag = "--" + flag[2:].replace("_", "-")
+                # vLLM still accepts the old `--no-enable-x` / `--no-disable-x` spellings.
+                for old, new in (("--no-enable-", "--disable-"), ("--no-disable-", "--enable-")):
+                    if flag.startswith(old):
+                        flag = new + flag.removeprefix(old)
+            elif flag.startswith("-O") and len(flag) > 2:
+                flag, value, eq = "-O", flag[2:], "="
+            flag = _ALIASES.get(flag, flag)
+            options.append((flag, [value] if eq else []))
+        elif not options:
+            raise LauncherError(
+                ExitCode.CONFLICTING_ARGS, f"extraArgs must start with an option, not {word!r}"
+            )
+        else:
+            options[-1][1].append(word)
+    return [Option(flag, tuple(values), Origin.EXTRA) for flag, values in options]
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _merge(ours: list[Option], extra: list[Option], decisions: list[str]) -> list[Option]:
+    seen: dict[str, Option] = {}
+    for option in extra:
+        if option.flag in _REFUSED:
+            raise LauncherError(
+                ExitCode.CONFLICTING_ARGS,
+                f"extraArgs {option.flag} is refused: {_REFUSED[option.flag]}",
+            )
+        if option.key in seen:
+            raise LauncherError(
+                ExitCode.CONFLICTING_ARGS,
+                f"extraArgs set {' '.join(seen[option.key].words())} "
+                f"and {' '.join(option.words())}",
+            )
+        seen[option.key] = option
+    merged: list[Option] = []
+    for option in ours:
+        replacement = seen.get(option.key)
+        if replacement is None:
+            merged.append(option)
+            continue
+        given = " ".join(replacement.words())
+        if option.origin is Origin.LAUNCHER:
+            raise LauncherError(
+                ExitCode.CONFLICTING_ARGS,
+                f"extraArgs {given}: {option.flag} is set by the launcher",
+            )
+        if option.origin is Origin.SPEC and replacement.words() != option.words():
+            raise LauncherError(
+                ExitCode.CONFLICTING_ARGS,
+                f"extraArgs {given} contradicts {option.spec_field} ({' '.join(option.words())})",
+            )
+        if option.origin is Origin.DEFAULT:
+            decisions.append(f"extraArgs {given} replaces the default {' '.join(option.words())}")
+    return merged + extra
+
+
+def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> EnginePlan:
+    """The whole engine command line for this pod. Raises LauncherError on invalid input."""
+    model = config.model
+    tp, parallel = _parallelism(config, gpu)
+    launcher = [
+        Option("--host", ("127.0.0.1",), Origin.LAUNCHER),
+        Option("--port", (str(config.serving.engine_port),), Origin.LAUNCHER),
+        Option("--served-model-name", (model.served_name or model.name,), Origin.LAUNCHER),
+        # vLLM 0.33 waits this long for in-flight requests on SIGTERM: a second line of defence
+        # behind the launcher's own drain.
+        Option("--shutdown-timeout", (f"{config.serving.drain_grace_seconds:g}",), Origin.LAUNCHER),
+    ]
+    if model.max_model_len is not None:
+        launcher.append(_spec("--max-model-len", str(model.max_model_len), "model.maxModelLen"))
+    if model.revision is not None:
+        launcher.append(_spec("--revision", model.revision, "model.revision"))
+    kv_options, env = _kv_transfer(config, pod_ip)
+    ours = (
+        launcher
+        + parallel
+        + _features(config, gpu)
+        + _batching(config, gpu, tp)
+        + _speculative(config)
+        + kv_options
+    )
+    decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
+    merged = _merge(ours, split_args(list(config.runtime.extra_args)), decisions)
+    for var in config.runtime.env:
+        env[var.name] = var.value
+    argv = ["vllm", "serve", model.name]
+    for option in merged:
+        argv += option.words()
+    return EnginePlan(argv, env, decisions, tp)

@@ -1,0 +1,200 @@
+"""The runtime config: what the operator renders into each pool's ConfigMap and the launcher reads.
+
+One file per pool (YAML or JSON, camelCase keys like the `InferenceService` they come from): the
+service's `spec.model` and `spec.runtime`, the pool's role, the KV transfer of a disaggregated
+service, the SLO targets, the warm-up and the ports. Field names follow DESIGN.md §3.
+
+Values a person can get wrong in a way the launcher must name (an unknown GPU type or KV
+connector) are plain strings here and checked by the argument builder, so each gets its own
+message and exit code instead of a generic schema error.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from llmfleet.runtime.errors import ExitCode, LauncherError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class Role(StrEnum):
+    UNIFIED = "unified"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class ModelConfig(_Model):
+    name: Annotated[str, Field(min_length=1)]
+    """Model identifier (`meta-llama/Llama-3.1-8B-Instruct`) or a local path to its weights."""
+    served_name: str | None = None
+    """Name clients send in the OpenAI `model` field; defaults to `name`."""
+    max_model_len: Annotated[int, Field(ge=16)] | None = None
+    """Longest context (prompt + output tokens); the model's own limit when unset."""
+    revision: str | None = None
+    """Hub revision to load."""
+
+
+class GpuConfig(_Model):
+    type: str = "H100"
+    """GPU model the pod was scheduled on (H100, H200, B200, A100, L4)."""
+    count: Annotated[int, Field(ge=1, le=8)] = 1
+    """GPUs in the pod."""
+
+
+class ChunkedPrefill(_Model):
+    enabled: bool = True
+    """Split long prompts into chunks batched with decodes."""
+    max_batched_tokens: Annotated[int, Field(ge=64)] | None = None
+    """Token budget per engine step; sized from the SLO targets when unset."""
+
+
+class Speculative(_Model):
+    method: str
+    """vLLM speculative method: ngram, eagle, eagle3, mtp, draft_model or suffix."""
+    model: str | None = None
+    """Draft or EAGLE head model (draft_model, eagle and eagle3 need one)."""
+    num_tokens: Annotated[int, Field(ge=1, le=16)] = 3
+    """Tokens proposed per step."""
+
+
+class EnvVar(_Model):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    value: str = ""
+
+
+class Runtime(_Model):
+    gpu: GpuConfig = GpuConfig()
+    """GPU type and count per pod."""
+    tensor_parallel: Annotated[int, Field(ge=1)] | None = None
+    """Tensor-parallel size; the GPU count when unset."""
+    quantization: str | None = None
+    """Weight quantization method passed to `--quantization` (fp8, awq, gptq, …)."""
+    kv_cache_dtype: str | None = None
+    """KV-cache precision (auto, fp8, fp8_e4m3, fp8_e5m2); fp8 on compute capability >= 8.9
+    when unset."""
+    prefix_caching: bool | None = None
+    """Reuse KV blocks of shared prefixes; on when unset."""
+    chunked_prefill: ChunkedPrefill = ChunkedPrefill()
+    """Chunked prefill and its per-step token budget."""
+    cuda_graphs: bool | None = None
+    """Capture CUDA graphs; on when unset (off means `--enforce-eager`)."""
+    speculative: Speculative | None = None
+    """Speculative decoding; off when unset."""
+    max_num_seqs: Annotated[int, Field(ge=1)] | None = None
+    """Most concurrent sequences; sized from the ITL target when unset."""
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Fraction of GPU memory vLLM may use."""
+    extra_args: list[str] = []
+    """Extra `vllm serve` arguments; they replace the launcher's defaults for the same option
+    and are refused when they contradict a field set above."""
+    env: list[EnvVar] = []
+    """Extra environment variables for the engine process."""
+
+
+class KvTransfer(_Model):
+    connector: str = "NixlConnector"
+    """NixlConnector or LMCacheConnectorV1."""
+    side_channel_port: Annotated[int, Field(ge=1, le=65535)] = 5600
+    """NIXL handshake port (vLLM's default, `VLLM_NIXL_SIDE_CHANNEL_PORT`)."""
+
+
+class Slo(_Model):
+    ttft_p95_ms: Annotated[float, Field(gt=0)] | None = None
+    """Target p95 time to first token, ms."""
+    itl_p95_ms: Annotated[float, Field(gt=0)] | None = None
+    """Target p95 inter-token latency, ms."""
+
+
+class Calibration(_Model):
+    """Measured engine speed (from a capacity profile) that replaces the reference figures the
+    launcher otherwise scales by GPU type."""
+
+    prefill_tokens_per_second: Annotated[float, Field(gt=0)] | None = None
+    """Prompt tokens per second one engine prefills (all its GPUs together)."""
+    decode_step_ms: Annotated[float, Field(gt=0)] | None = None
+    """Duration of a decode step at low concurrency, ms."""
+
+
+class Warmup(_Model):
+    system_prompts: list[str] = []
+    """The service's system prompts; each is sent once so its KV blocks are cached."""
+    requests: Annotated[int, Field(ge=0, le=64)] = 2
+    """Further short requests (beyond the system prompts) before the pod is ready."""
+    max_tokens: Annotated[int, Field(ge=1, le=256)] = 8
+    """Tokens each warm-up request generates (enough to run decode steps, cheap)."""
+    timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    """Budget for the whole warm-up."""
+
+
+class Serving(_Model):
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    """Port the pod serves on: the launcher's front, which forwards to the engine."""
+    engine_port: Annotated[int, Field(ge=1, le=65535)] = 8001
+    """Port of the engine itself, bound to 127.0.0.1 only."""
+    host: str = "0.0.0.0"
+    """Address the front binds."""
+    startup_timeout_seconds: Annotated[float, Field(gt=0)] = 1800.0
+    """How long the engine may take to become healthy (weights download and load, graph
+    capture: 1.5-5 min typical, vllm-facts.md; large models far longer)."""
+    drain_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    """On SIGTERM, how long in-flight requests may run before the engine is stopped; keep it
+    below the pod's terminationGracePeriodSeconds (Kubernetes' default is 30 s)."""
+
+
+class RuntimeConfig(_Model):
+    """The whole file. Only `model.name` is required."""
+
+    model: ModelConfig
+    role: Role = Role.UNIFIED
+    """unified, prefill or decode."""
+    runtime: Runtime = Runtime()
+    kv_transfer: KvTransfer | None = None
+    """KV transfer between prefill and decode pools; required for those roles."""
+    slo: Slo = Slo()
+    calibration: Calibration = Calibration()
+    warmup: Warmup = Warmup()
+    serving: Serving = Serving()
+
+
+def load_config(path: Path) -> RuntimeConfig:
+    """Read a runtime config file (YAML, of which JSON is a subset); one-line errors."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise LauncherError(
+            ExitCode.BAD_CONFIG, f"cannot read config {path}: {error.strerror}"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise LauncherError(
+            ExitCode.BAD_CONFIG, f"config {path} is not valid YAML/JSON{where}"
+        ) from None
+    if not isinstance(data, dict):
+        raise LauncherError(ExitCode.BAD_CONFIG, f"config {path} must be a mapping")
+    try:
+        return RuntimeConfig.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        raise LauncherError(
+            ExitCode.BAD_CONFIG, f"config {path}: {field}: {first['msg']}{more}"
+        ) from None

@@ -1,0 +1,185 @@
+"""The argument builder: spec x GPU -> `vllm serve` line, and the inputs it refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmfleet.runtime.args import plan_engine, split_args
+from llmfleet.runtime.errors import ExitCode, LauncherError
+from tests.runtime.cases import CASES, MODEL, Case, cfg
+from tests.runtime.helpers import config_of, gpu_of, options_of
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_builder_table(case: Case) -> None:
+    plan = plan_engine(config_of(case.config), gpu_of(case.gpu), pod_ip="10.0.0.7")
+    options = options_of(plan.argv)
+    assert plan.argv[2] == MODEL["name"]
+    for flag, value in case.expect.items():
+        assert flag in options, f"{flag} missing from {plan.argv}"
+        assert options[flag] == value, f"{flag}: {options[flag]!r} != {value!r}"
+    for flag in case.absent:
+        assert flag not in options, f"{flag} should not be in {plan.argv}"
+    for name, value in case.env.items():
+        assert plan.env.get(name) == value
+
+
+def test_every_default_is_explained_in_the_decisions() -> None:
+    plan = plan_engine(config_of(cfg(slo={"itlP95Ms": 50})), gpu_of("H100:1"))
+    explained = " ".join(plan.decisions)
+    for flag in (
+        "--kv-cache-dtype fp8",
+        "--enable-prefix-caching",
+        "--max-num-batched-tokens 512",
+        "--max-num-seqs",
+        "--gpu-memory-utilization 0.9",
+        "--optimization-level 2",
+    ):
+        assert flag in explained
+
+
+def test_replaced_defaults_are_reported() -> None:
+    plan = plan_engine(
+        config_of(cfg(runtime={"extraArgs": ["--max-num-seqs", "64"]})), gpu_of("H100:1")
+    )
+    assert any("extraArgs --max-num-seqs 64 replaces the default" in d for d in plan.decisions)
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        pytest.param(["--a_b=1"], [("--a-b", ("1",))], id="underscores-and-equals"),
+        pytest.param(["-O3"], [("--optimization-level", ("3",))], id="dash-O-level"),
+        pytest.param(["-tp", "2"], [("--tensor-parallel-size", ("2",))], id="short-alias"),
+        pytest.param(
+            ["--no-enable-prefix-caching"],
+            [("--disable-prefix-caching", ())],
+            id="old-negation-spelling",
+        ),
+        pytest.param(["--x", "-1", "--y"], [("--x", ("-1",)), ("--y", ())], id="negative-value"),
+        pytest.param(
+            ["--lora-modules", "a=1", "b=2"],
+            [("--lora-modules", ("a=1", "b=2"))],
+            id="several-values",
+        ),
+    ],
+)
+def test_split_extra_args(words: list[str], expected: list[tuple[str, tuple[str, ...]]]) -> None:
+    assert [(o.flag, o.values) for o in split_args(words)] == expected
+
+
+def _runtime(**fields: Any) -> dict[str, Any]:
+    return cfg(runtime=fields)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "config", "code", "words"),
+    [
+        pytest.param(
+            "H100:2",
+            _runtime(tensorParallel=4),
+            ExitCode.BAD_PARALLELISM,
+            "tensorParallel 4 needs 4 GPUs but this pod has 2 H100",
+            id="tp-over-gpus",
+        ),
+        pytest.param(
+            "H100:4",
+            _runtime(tensorParallel=3),
+            ExitCode.BAD_PARALLELISM,
+            "does not divide",
+            id="tp-not-dividing",
+        ),
+        pytest.param(
+            "H100:1",
+            cfg(role="prefill", kvTransfer={"connector": "MooncakeConnector"}),
+            ExitCode.UNKNOWN_KV_CONNECTOR,
+            "unknown KV connector 'MooncakeConnector'",
+            id="unknown-connector",
+        ),
+        pytest.param(
+            "H100:1",
+            cfg(role="decode"),
+            ExitCode.UNKNOWN_KV_CONNECTOR,
+            "role decode needs kvTransfer.connector",
+            id="role-without-connector",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(maxNumSeqs=32, extraArgs=["--max-num-seqs", "64"]),
+            ExitCode.CONFLICTING_ARGS,
+            "extraArgs --max-num-seqs 64 contradicts runtime.maxNumSeqs",
+            id="extra-vs-spec",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(prefixCaching=True, extraArgs=["--disable-prefix-caching"]),
+            ExitCode.CONFLICTING_ARGS,
+            "contradicts runtime.prefixCaching",
+            id="extra-negates-spec-switch",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(extraArgs=["--enforce-eager", "-O3"]),
+            ExitCode.CONFLICTING_ARGS,
+            "extraArgs set --enforce-eager and --optimization-level 3",
+            id="extra-vs-extra",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(extraArgs=["--port", "9000"]),
+            ExitCode.CONFLICTING_ARGS,
+            "--port is set by the launcher",
+            id="launcher-owned",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(extraArgs=["--disable-log-stats"]),
+            ExitCode.CONFLICTING_ARGS,
+            "read engine metrics",
+            id="metrics-off-refused",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(extraArgs=["fp8"]),
+            ExitCode.CONFLICTING_ARGS,
+            "must start with an option",
+            id="extra-without-option",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(speculative={"method": "medusa"}),
+            ExitCode.BAD_SPEC,
+            "unknown speculative method 'medusa'",
+            id="unknown-spec-method",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(speculative={"method": "eagle3"}),
+            ExitCode.BAD_SPEC,
+            "eagle3 needs speculative.model",
+            id="eagle-without-model",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(quantization="bitsandbytes"),
+            ExitCode.BAD_SPEC,
+            "unknown quantization 'bitsandbytes'",
+            id="quantization-gone-in-0.33",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(kvCacheDtype="int3"),
+            ExitCode.BAD_SPEC,
+            "unknown kvCacheDtype 'int3'",
+            id="unknown-kv-dtype",
+        ),
+    ],
+)
+def test_refused_inputs(gpu: str, config: dict[str, Any], code: ExitCode, words: str) -> None:
+    with pytest.raises(LauncherError) as raised:
+        plan_engine(config_of(config), gpu_of(gpu))
+    assert raised.value.code is code
+    assert words in str(raised.value)
+    assert "\n" not in str(raised.value)
