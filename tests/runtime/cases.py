@@ -44,7 +44,7 @@ CASES = [
             "--max-num-seqs": "256",
             "--gpu-memory-utilization": "0.9",
             "--optimization-level": "2",
-            "--shutdown-timeout": "30",
+            "--shutdown-timeout": "0",
         },
         absent=(
             "--kv-transfer-config",
@@ -270,7 +270,7 @@ CASES = [
             "--served-model-name": "llama-8b",
             "--revision": "main",
             "--port": "9001",
-            "--shutdown-timeout": "45",
+            "--shutdown-timeout": "0",
         },
         env={"VLLM_LOGGING_LEVEL": "DEBUG"},
     ),

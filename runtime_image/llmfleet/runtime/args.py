@@ -362,9 +362,10 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         Option("--host", ("127.0.0.1",), Origin.LAUNCHER),
         Option("--port", (str(config.serving.engine_port),), Origin.LAUNCHER),
         Option("--served-model-name", (model.served_name or model.name,), Origin.LAUNCHER),
-        # vLLM 0.33 waits this long for in-flight requests on SIGTERM: a second line of defence
-        # behind the launcher's own drain.
-        Option("--shutdown-timeout", (f"{config.serving.drain_grace_seconds:g}",), Origin.LAUNCHER),
+        # vLLM 0.33 can itself wait for in-flight requests on SIGTERM (0 = abort them). The
+        # launcher has drained before it signals the engine: whatever is left has outlived the
+        # grace period and must go, and a second grace would overrun the pod's.
+        Option("--shutdown-timeout", ("0",), Origin.LAUNCHER),
     ]
     if model.max_model_len is not None:
         launcher.append(_spec("--max-model-len", str(model.max_model_len), "model.maxModelLen"))

@@ -1,0 +1,216 @@
+"""The launcher's life cycle against a real engine process on 127.0.0.1 (llm-d-inference-sim):
+readiness only after warm-up; SIGTERM drains in-flight streams and refuses new requests."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmfleet.runtime.errors import ExitCode
+from llmfleet.runtime.metrics import gauge_sum
+from tests.runtime.processes import LAUNCHER, free_port, sim_command, status, stop, wait_for
+
+MODEL = "sim-model"
+
+
+@dataclass
+class Launcher:
+    process: subprocess.Popen[bytes]
+    front: str
+    engine: str
+    log: Path
+
+    def ready(self) -> int | None:
+        return status(f"{self.front}/health/ready")
+
+    def exit_code(self, timeout: float) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def last_line(self) -> str:
+        lines = [line for line in self.log.read_text().splitlines() if "llmfleet-runtime" in line]
+        return lines[-1]
+
+
+@pytest.fixture
+def launch(sim_binary: Path, tmp_path: Path) -> Iterator[Any]:
+    started: list[Launcher] = []
+
+    def start(sim_flags: list[str], served: str = MODEL, **sections: dict[str, Any]) -> Launcher:
+        port, engine_port = free_port(), free_port()
+        config = {
+            "model": {"name": served},
+            "warmup": {"requests": 2, "maxTokens": 6, **sections.get("warmup", {})},
+            "serving": {"port": port, "enginePort": engine_port, **sections.get("serving", {})},
+        }
+        path = tmp_path / f"config-{port}.json"
+        path.write_text(json.dumps(config))
+        engine = " ".join(sim_command(sim_binary, "{port}", MODEL, *sim_flags))
+        log = tmp_path / f"launcher-{port}.log"
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                [LAUNCHER, "serve", "--config", path, "--engine-command", engine],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+        launcher = Launcher(
+            process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{engine_port}", log
+        )
+        started.append(launcher)
+        return launcher
+
+    yield start
+    for launcher in started:
+        stop(launcher.process)
+
+
+def _completed_requests(engine: str) -> float:
+    text = httpx.get(f"{engine}/metrics", timeout=2).text
+    return gauge_sum(text, "vllm:request_success_total") or 0.0
+
+
+def test_ready_only_after_warm_up(launch: Any) -> None:
+    # Each warm-up request takes ~50 ms + 5 x 60 ms; 3 of them keep the pod warming ~1 s.
+    sim = [
+        "--startup-duration",
+        "1s",
+        "--time-to-first-token",
+        "50ms",
+        "--inter-token-latency",
+        "60ms",
+    ]
+    launcher = launch(sim, warmup={"systemPrompts": ["You are a terse assistant."]})
+    seen_warming = False
+    deadline = time.monotonic() + 30
+    while launcher.ready() != 200:
+        assert time.monotonic() < deadline, "never became ready"
+        assert launcher.process.poll() is None, launcher.log.read_text()[-2000:]
+        # The engine is healthy, the launcher is up, and still it must not be ready.
+        if status(f"{launcher.engine}/health/ready") == 200 and launcher.ready() == 503:
+            seen_warming = True
+        time.sleep(0.02)
+    assert seen_warming, "readiness never lagged the engine's own health"
+    # Ready: the system prompt and both warm-up requests had completed on the engine.
+    assert _completed_requests(launcher.engine) >= 3
+    response = httpx.post(
+        f"{launcher.front}/v1/completions",
+        json={"model": MODEL, "prompt": "hi", "max_tokens": 2},
+        timeout=10,
+    )
+    assert response.status_code == 200
+
+
+@dataclass
+class Stream:
+    tokens: int = 0
+    done: bool = False
+    first: threading.Event = field(default_factory=threading.Event)
+    error: str = ""
+
+
+def _stream(url: str, max_tokens: int, result: Stream) -> None:
+    body = {"model": MODEL, "prompt": "tell me", "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True}  # fmt: skip
+    try:
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if line == "data: [DONE]":
+                    result.done = True
+                elif line.startswith("data: "):
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    if choices[0].get("text"):
+                        result.tokens += 1
+                        result.first.set()
+    except httpx.HTTPError as error:
+        result.error = type(error).__name__
+    result.first.set()
+
+
+def _start_streams(
+    front: str, count: int, max_tokens: int
+) -> tuple[list[Stream], list[threading.Thread]]:
+    streams = [Stream() for _ in range(count)]
+    threads = [threading.Thread(target=_stream, args=(front, max_tokens, s)) for s in streams]
+    for thread in threads:
+        thread.start()
+    for s in streams:
+        assert s.first.wait(10), "stream never started"
+    return streams, threads
+
+
+@dataclass(frozen=True)
+class DrainCase:
+    id: str
+    grace: float
+    max_tokens: int
+    """At 100 ms per token: 15 tokens take ~1.5 s, 60 take ~6 s."""
+    exit_code: ExitCode
+    finished: bool
+    """Whether the in-flight streams run to their end ([DONE]) or are cut off."""
+
+
+DRAIN_CASES = [
+    DrainCase("streams-finish-within-grace", 20, 15, ExitCode.OK, finished=True),
+    DrainCase("grace-ends-first", 1, 60, ExitCode.DRAIN_TIMEOUT, finished=False),
+]
+
+
+@pytest.mark.parametrize("case", DRAIN_CASES, ids=[case.id for case in DRAIN_CASES])
+def test_sigterm_drains(launch: Any, case: DrainCase) -> None:
+    grace, max_tokens, exit_code, finished = (
+        case.grace, case.max_tokens, case.exit_code, case.finished
+    )  # fmt: skip
+    launcher = launch(["--time-to-first-token", "20ms", "--inter-token-latency", "100ms"],
+                      serving={"drainGraceSeconds": grace}, warmup={"maxTokens": 1})  # fmt: skip
+    wait_for(lambda: launcher.ready() == 200 or None, 30, "readiness")
+    streams, threads = _start_streams(launcher.front, 3, max_tokens)
+    signalled = time.monotonic()
+    launcher.process.send_signal(signal.SIGTERM)
+    wait_for(lambda: launcher.ready() == 503 or None, 5, "readiness to drop")
+    refused = httpx.post(
+        f"{launcher.front}/v1/completions",
+        json={"model": MODEL, "prompt": "late", "max_tokens": 2},
+        timeout=5,
+    )
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"
+    assert launcher.exit_code(timeout=grace + 20) == exit_code
+    elapsed = time.monotonic() - signalled
+    for thread in threads:
+        thread.join(timeout=10)
+    assert all(s.done == finished for s in streams), [(s.tokens, s.done, s.error) for s in streams]
+    if finished:
+        assert [s.tokens for s in streams] == [max_tokens] * 3
+        assert elapsed < grace
+    else:
+        assert all(s.tokens < max_tokens for s in streams)
+        assert elapsed >= grace
+    assert f"exit {int(exit_code)} ({exit_code.name})" in launcher.last_line()
+
+
+@pytest.mark.parametrize(
+    ("engine_flags", "served", "exit_code", "words"),
+    [
+        pytest.param(["--no-such-flag"], MODEL, ExitCode.ENGINE_FAILED,
+                     "engine exited with code", id="engine-exits-while-starting"),
+        pytest.param([], "another-model", ExitCode.WARMUP_FAILED,
+                     "the engine serves ['sim-model'], not 'another-model'", id="wrong-model"),
+    ],
+)  # fmt: skip
+def test_failures_end_with_their_exit_code(
+    launch: Any, engine_flags: list[str], served: str, exit_code: ExitCode, words: str
+) -> None:
+    launcher = launch(engine_flags, served=served)
+    assert launcher.exit_code(timeout=30) == exit_code
+    log = launcher.log.read_text()
+    assert words in log
+    assert f"exit {int(exit_code)} ({exit_code.name})" in launcher.last_line()
