@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -214,3 +215,21 @@ def test_failures_end_with_their_exit_code(
     log = launcher.log.read_text()
     assert words in log
     assert f"exit {int(exit_code)} ({exit_code.name})" in launcher.last_line()
+
+
+def test_a_busy_serving_port_fails_before_the_engine_starts(tmp_path: Path) -> None:
+    marker = tmp_path / "engine-started"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = {"model": {"name": MODEL}, "serving": {"port": port, "host": "127.0.0.1"}}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        result = subprocess.run(
+            [LAUNCHER, "serve", "--config", path, "--engine-command", f"touch {marker}"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    assert result.returncode == ExitCode.FRONT_FAILED
+    assert f"cannot serve on 127.0.0.1:{port}" in result.stderr
+    assert not marker.exists()

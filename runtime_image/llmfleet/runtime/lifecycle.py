@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
@@ -47,11 +48,18 @@ T = TypeVar("T")
 
 
 class _Front(uvicorn.Server):
-    """uvicorn without its own signal handlers: SIGTERM belongs to the supervisor."""
+    """uvicorn without its own signal handlers (SIGTERM belongs to the supervisor), and whose
+    failure to bind ends its task instead of the process (uvicorn calls `sys.exit`)."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets)
+        except SystemExit:
+            self.should_exit = True
 
 
 class _QuietCutOffs(logging.Filter):
@@ -82,15 +90,6 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         started = self.clock()
-        env = {**os.environ, **self.plan.env}
-        log.info("starting engine: %s", " ".join(self.plan.argv))
-        try:
-            engine = await asyncio.create_subprocess_exec(
-                *self.plan.argv, env=env, start_new_session=True
-            )
-        except OSError as error:
-            log.error("engine command %s cannot start: %s", self.plan.argv[0], error.strerror)
-            return ExitCode.ENGINE_FAILED
         serving = self.config.serving
         async with httpx.AsyncClient(base_url=self.engine_url, timeout=None) as client:
             front = _Front(
@@ -104,19 +103,39 @@ class Supervisor:
                 )
             )
             logging.getLogger("uvicorn.error").addFilter(_QuietCutOffs())
+            # The front first: a pod that cannot serve its port should not load a model.
             front_task = asyncio.create_task(front.serve())
-            try:
-                code = await self._life(engine, client, started)
-            except LauncherError as error:
-                log.error("%s", error)
-                code = error.code
-            finally:
-                self.gate.phase = Phase.STOPPED
-                await self._stop_engine(engine)
-                front.should_exit = True
+            while not front.started and not front_task.done():
+                await asyncio.sleep(0.01)
+            if not front.started:
+                # uvicorn has logged why (typically "address already in use").
                 await front_task
+                where = f"{serving.host}:{serving.port}"
+                log.error("cannot serve on %s (see above); exit %d", where, ExitCode.FRONT_FAILED)
+                return ExitCode.FRONT_FAILED
+            code = await self._with_engine(client, started)
+            front.should_exit = True
+            await front_task
         log.info("exit %d (%s)", code, code.name)
         return code
+
+    async def _with_engine(self, client: httpx.AsyncClient, started: float) -> ExitCode:
+        log.info("starting engine: %s", " ".join(self.plan.argv))
+        try:
+            engine = await asyncio.create_subprocess_exec(
+                *self.plan.argv, env={**os.environ, **self.plan.env}, start_new_session=True
+            )
+        except OSError as error:
+            log.error("engine command %s cannot start: %s", self.plan.argv[0], error.strerror)
+            return ExitCode.ENGINE_FAILED
+        try:
+            return await self._life(engine, client, started)
+        except LauncherError as error:
+            log.error("%s", error)
+            return error.code
+        finally:
+            self.gate.phase = Phase.STOPPED
+            await self._stop_engine(engine)
 
     def _on_signal(self, sig: int) -> None:
         log.info("received %s", signal.Signals(sig).name)

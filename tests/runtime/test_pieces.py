@@ -1,0 +1,84 @@
+"""Small pure pieces of the runtime: metrics parsing, warm-up bodies, GPU names, the Dockerfile."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from llmfleet.runtime.config import Warmup
+from llmfleet.runtime.errors import ExitCode, LauncherError
+from llmfleet.runtime.gpu import type_from_device_name
+from llmfleet.runtime.metrics import requests_in_engine
+from llmfleet.runtime.warmup import warmup_requests
+
+REPO = Path(__file__).resolve().parents[2]
+
+VLLM_METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 1.0
+vllm:num_requests_waiting_by_reason{reason="capacity"} 9.0
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(VLLM_METRICS, 6, id="sums-engines-ignores-similar-names"),
+        pytest.param("vllm:num_requests_running 0\n", 0, id="idle-no-labels"),
+        pytest.param('vllm:num_requests_waiting{m="x"} NaN\n', None, id="nan-is-unknown"),
+        pytest.param("# nothing here\nprocess_cpu_seconds_total 4\n", None, id="not-an-engine"),
+    ],
+)
+def test_requests_in_engine(text: str, expected: int | None) -> None:
+    assert requests_in_engine(text) == expected
+
+
+def test_warmup_sends_system_prompts_first_and_streams_once() -> None:
+    warmup = Warmup(system_prompts=["You are A.", "You are B."], requests=3, max_tokens=5)
+    bodies = warmup_requests("served", warmup)
+    assert [b["messages"][0]["content"] for b in bodies[:2]] == ["You are A.", "You are B."]
+    assert [b["messages"][0]["role"] for b in bodies] == ["system"] * 2 + ["user"] * 3
+    assert sum(bool(b.get("stream")) for b in bodies) == 1
+    assert {b["model"] for b in bodies} == {"served"}
+    assert {b["max_tokens"] for b in bodies} == {5}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("NVIDIA H100 80GB HBM3", "H100", id="h100-sxm"),
+        pytest.param("NVIDIA H100 NVL", "H100", id="h100-nvl"),
+        pytest.param("NVIDIA H200", "H200", id="h200"),
+        pytest.param("NVIDIA B200", "B200", id="b200"),
+        pytest.param("NVIDIA A100-SXM4-80GB", "A100", id="a100"),
+        pytest.param("NVIDIA L4", "L4", id="l4"),
+    ],
+)
+def test_device_names(name: str, expected: str) -> None:
+    assert type_from_device_name(name) == expected
+
+
+@pytest.mark.parametrize("name", ["NVIDIA L40S", "Tesla V100-SXM2-16GB", "AMD Instinct MI300X"])
+def test_unknown_device_names(name: str) -> None:
+    with pytest.raises(LauncherError) as raised:
+        type_from_device_name(name)
+    assert raised.value.code is ExitCode.UNKNOWN_GPU
+
+
+def test_dockerfile_pins_the_vllm_of_the_runtime_extra_and_runs_the_launcher_as_non_root() -> None:
+    dockerfile = (REPO / "runtime_image" / "Dockerfile").read_text()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pin = next(p for p in pyproject["project"]["optional-dependencies"]["runtime"] if "vllm" in p)
+    version = pin.split("==")[1]
+    assert re.search(rf"^FROM vllm/vllm-openai:v{re.escape(version)}$", dockerfile, re.MULTILINE)
+    assert re.search(r"^USER 10001$", dockerfile, re.MULTILINE)
+    assert 'ENTRYPOINT ["llmfleet-runtime"]' in dockerfile
+    assert '".[runtime]"' in dockerfile
+    for download in ("huggingface-cli", "hf download", "snapshot_download", "wget", "curl"):
+        assert download not in dockerfile, f"the image must not fetch weights at build ({download})"
