@@ -183,3 +183,21 @@ def test_refused_inputs(gpu: str, config: dict[str, Any], code: ExitCode, words:
     assert raised.value.code is code
     assert words in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_ttft_and_itl_targets_in_conflict_keep_the_itl_bound() -> None:
+    config = cfg(model={**MODEL, "maxModelLen": 131072}, slo={"ttftP95Ms": 500, "itlP95Ms": 50})
+    plan = plan_engine(config_of(config), gpu_of("H100:1"))
+    options = options_of(plan.argv)
+    # ITL bound: 27k tok/s x 25 ms = 675 -> 512. TTFT would need 131072 x 50 / 500 = 13108.
+    assert options["--max-num-batched-tokens"] == "512"
+    assert any("needs 13108), ITL wins" in line for line in plan.decisions)
+
+
+def test_calibration_replaces_the_reference_figures() -> None:
+    calibrated = {"prefillTokensPerSecond": 100_000, "decodeStepMs": 10}
+    config = cfg(slo={"itlP95Ms": 50}, calibration=calibrated)
+    options = options_of(plan_engine(config_of(config), gpu_of("H100:1")).argv)
+    # 100k tok/s x 25 ms = 2500 -> 2304; (25 - 10) / 0.0462 + 1 = 325 sequences.
+    assert options["--max-num-batched-tokens"] == "2304"
+    assert options["--max-num-seqs"] == "325"

@@ -11,7 +11,7 @@ import pytest
 from llmfleet.runtime.config import Warmup
 from llmfleet.runtime.errors import ExitCode, LauncherError
 from llmfleet.runtime.gpu import type_from_device_name
-from llmfleet.runtime.metrics import requests_in_engine
+from llmfleet.runtime.metrics import kv_cache_tokens, requests_in_engine
 from llmfleet.runtime.warmup import warmup_requests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +37,20 @@ vllm:num_requests_waiting_by_reason{reason="capacity"} 9.0
 )
 def test_requests_in_engine(text: str, expected: int | None) -> None:
     assert requests_in_engine(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param('vllm:cache_config_info{block_size="16",cache_dtype="fp8",'
+                     'num_gpu_blocks="26306",enable_prefix_caching="True"} 1.0\n', 420896,
+                     id="vllm-info-labels"),
+        pytest.param('vllm:cache_config_info{block_size="16"} 1.0\n', None, id="no-block-count"),
+        pytest.param(VLLM_METRICS, None, id="absent"),
+    ],
+)  # fmt: skip
+def test_kv_cache_tokens(text: str, expected: int | None) -> None:
+    assert kv_cache_tokens(text) == expected
 
 
 def test_warmup_sends_system_prompts_first_and_streams_once() -> None:

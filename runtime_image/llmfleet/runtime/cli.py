@@ -68,7 +68,8 @@ def serve(
     if engine_command is not None:
         served = loaded.model.served_name or loaded.model.name
         words = shlex.split(engine_command)
-        argv = [w.format(port=loaded.serving.engine_port, model=served) for w in words]
+        port = str(loaded.serving.engine_port)
+        argv = [w.replace("{port}", port).replace("{model}", served) for w in words]
         plan = EnginePlan(argv, plan.env, plan.decisions, plan.tensor_parallel)
     code = run_serving(loaded, plan)
     raise typer.Exit(int(code))

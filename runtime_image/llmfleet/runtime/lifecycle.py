@@ -249,9 +249,17 @@ class Supervisor:
         log.info("engine stopped (code %s)", engine.returncode)
 
 
+def identity(config: RuntimeConfig, environ: dict[str, str]) -> str:
+    """Who is logging: the pod (downward-API env `POD_NAMESPACE`/`POD_NAME`), model and role."""
+    pod = "/".join(environ[k] for k in ("POD_NAMESPACE", "POD_NAME") if environ.get(k))
+    model = config.model.served_name or config.model.name
+    return (f"pod={pod} " if pod else "") + f"model={model} role={config.role.value}"
+
+
 def run_serving(config: RuntimeConfig, plan: EnginePlan) -> ExitCode:
+    who = identity(config, dict(os.environ)).replace("%", "%%")
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s llmfleet-runtime %(levelname)s %(message)s"
+        level=logging.INFO, format=f"%(asctime)s llmfleet-runtime {who} %(levelname)s %(message)s"
     )
     # httpx logs every request at INFO; the drain polls /metrics ten times a second.
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -37,3 +37,25 @@ def requests_in_engine(text: str) -> int | None:
     if running is None and waiting is None:
         return None
     return int((running or 0) + (waiting or 0))
+
+
+_LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
+
+
+def labels_of(text: str, name: str) -> dict[str, str] | None:
+    """The labels of the first sample of `name` (info metrics carry their data there)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return {m["key"]: m["value"] for m in _LABEL.finditer(line[len(name) :])}
+    return None
+
+
+def kv_cache_tokens(text: str) -> int | None:
+    """KV-cache capacity in tokens: `num_gpu_blocks` x `block_size` of `vllm:cache_config_info`."""
+    labels = labels_of(text, "vllm:cache_config_info")
+    if labels is None:
+        return None
+    try:
+        return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None

@@ -80,3 +80,6 @@ class CapacityProfile(_Model):
     decode_step_ms: float
     """ITL p50 at the lowest concurrency measured."""
     max_concurrency: MaxConcurrency
+    kv_cache_tokens: int | None = None
+    """KV-cache capacity in tokens (`vllm:cache_config_info` num_gpu_blocks x block_size);
+    None when the engine does not export it (llm-d-inference-sim does not)."""

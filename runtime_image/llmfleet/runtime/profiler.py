@@ -126,19 +126,19 @@ class _Profiler:
 
     async def watched_burst(self, concurrency: int) -> tuple[list[Sample], str | None]:
         """A burst while polling the engine's gauges; returns what limited it, if anything."""
-        before = await self._scrape()
+        before = await self.scrape()
         preempted_before = metrics.gauge_sum(before, PREEMPTIONS) or 0.0
         waiting_seen = False
         task = asyncio.create_task(self.burst(concurrency, 16))
         while not task.done():
-            text = await self._scrape()
+            text = await self.scrape()
             waiting_seen |= (metrics.gauge_sum(text, metrics.WAITING) or 0) > 0
             await asyncio.sleep(METRICS_POLL_SECONDS)
         samples = task.result()
-        preempted = (metrics.gauge_sum(await self._scrape(), PREEMPTIONS) or 0.0) > preempted_before
+        preempted = (metrics.gauge_sum(await self.scrape(), PREEMPTIONS) or 0.0) > preempted_before
         return samples, "preemption" if preempted else "queueing" if waiting_seen else None
 
-    async def _scrape(self) -> str:
+    async def scrape(self) -> str:
         with contextlib.suppress(httpx.HTTPError):
             response = await self.client.get("/metrics")
             if response.status_code == 200:
@@ -228,6 +228,7 @@ async def profile(settings: ProfileSettings, step: Callable[[str], None]) -> Cap
                 )
             )
         ceiling = await _max_concurrency(profiler, settings.max_concurrency, step)
+        kv_tokens = metrics.kv_cache_tokens(await profiler.scrape())
     line = fit_line([(p.prompt_tokens, p.p50_ms) for p in ttft])
     fit = TtftFit(intercept_ms=line[0], ms_per_prompt_token=line[1]) if line else None
     rate = 1000 / fit.ms_per_prompt_token if fit and fit.ms_per_prompt_token > 0.001 else None
@@ -242,6 +243,7 @@ async def profile(settings: ProfileSettings, step: Callable[[str], None]) -> Cap
         itl=itl,
         decode_step_ms=itl[0].p50_ms,
         max_concurrency=ceiling,
+        kv_cache_tokens=kv_tokens,
     )
 
 
