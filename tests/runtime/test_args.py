@@ -128,6 +128,13 @@ def _runtime(**fields: Any) -> dict[str, Any]:
         ),
         pytest.param(
             "H100:1",
+            _runtime(cudaGraphs=True, extraArgs=["-O0"]),
+            ExitCode.CONFLICTING_ARGS,
+            "extraArgs --optimization-level 0 contradicts runtime.cudaGraphs",
+            id="eager-level-vs-graphs-on",
+        ),
+        pytest.param(
+            "H100:1",
             _runtime(extraArgs=["--port", "9000"]),
             ExitCode.CONFLICTING_ARGS,
             "--port is set by the launcher",
@@ -201,3 +208,9 @@ def test_calibration_replaces_the_reference_figures() -> None:
     # 100k tok/s x 25 ms = 2500 -> 2304; (25 - 10) / 0.0462 + 1 = 325 sequences.
     assert options["--max-num-batched-tokens"] == "2304"
     assert options["--max-num-seqs"] == "325"
+
+
+def test_graphs_on_accepts_another_graph_level() -> None:
+    config = cfg(runtime={"cudaGraphs": True, "extraArgs": ["-O3"]})
+    options = options_of(plan_engine(config_of(config), gpu_of("H100:1")).argv)
+    assert options["--optimization-level"] == "3"

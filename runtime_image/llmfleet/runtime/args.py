@@ -248,16 +248,22 @@ def _features(config: RuntimeConfig, gpu: Gpu) -> list[Option]:
     if rt.cuda_graphs is False:
         options.append(_spec("--enforce-eager", None, "runtime.cudaGraphs"))
     else:
-        options.append(
-            _either(
-                "--optimization-level",
-                OPTIMIZATION_LEVEL if rt.cuda_graphs else None,
-                "runtime.cudaGraphs",
-                OPTIMIZATION_LEVEL,
-                "full and piecewise CUDA graphs",
-            )
-        )
+        # `cudaGraphs: true` asks for graphs, not for a level: any level >= 1 honours it, so
+        # the level stays a default that extraArgs may replace (_check_graphs refuses eager).
+        reason = "full and piecewise CUDA graphs"
+        options.append(Option("--optimization-level", (OPTIMIZATION_LEVEL,), reason=reason))
     return options
+
+
+def _check_graphs(config: RuntimeConfig, extra: list[Option]) -> None:
+    if not config.runtime.cuda_graphs:
+        return
+    for option in extra:
+        if option.flag == "--enforce-eager" or option.words() == ["--optimization-level", "0"]:
+            raise LauncherError(
+                ExitCode.CONFLICTING_ARGS,
+                f"extraArgs {' '.join(option.words())} contradicts runtime.cudaGraphs (true)",
+            )
 
 
 def _batching(config: RuntimeConfig, gpu: Gpu, tp: int) -> list[Option]:
@@ -381,7 +387,9 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         + kv_options
     )
     decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
-    merged = _merge(ours, split_args(list(config.runtime.extra_args)), decisions)
+    extra = split_args(list(config.runtime.extra_args))
+    _check_graphs(config, extra)
+    merged = _merge(ours, extra, decisions)
     for var in config.runtime.env:
         env[var.name] = var.value
     argv = ["vllm", "serve", model.name]

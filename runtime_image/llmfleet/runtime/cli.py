@@ -55,7 +55,7 @@ def serve(
 ) -> None:
     """Run the engine for this pod (or print its command line)."""
     try:
-        loaded = load_config(config)
+        loaded = load_config(config, os.environ)
         gpu = gpus.detect(loaded.runtime.gpu, os.environ)
         plan = plan_engine(loaded, gpu, pod_ip=os.environ.get("POD_IP"))
     except LauncherError as error:

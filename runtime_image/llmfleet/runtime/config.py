@@ -11,9 +11,10 @@ message and exit code instead of a generic schema error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -47,6 +48,9 @@ class ModelConfig(_Model):
     """Longest context (prompt + output tokens); the model's own limit when unset."""
     revision: str | None = None
     """Hub revision to load."""
+    source: str | None = None
+    """Where the weights come from (`hf://…`, `pvc://…`); the operator fetches or mounts them,
+    the launcher loads `name`."""
 
 
 class GpuConfig(_Model):
@@ -78,6 +82,10 @@ class EnvVar(_Model):
 
 
 class Runtime(_Model):
+    image: str | None = None
+    """The image the pod runs (the operator's concern; accepted so spec.runtime passes as is)."""
+    engine: Literal["vllm"] = "vllm"
+    """Only `vllm`."""
     gpu: GpuConfig = GpuConfig()
     """GPU type and count per pod."""
     tensor_parallel: Annotated[int, Field(ge=1)] | None = None
@@ -118,6 +126,8 @@ class Slo(_Model):
     """Target p95 time to first token, ms."""
     itl_p95_ms: Annotated[float, Field(gt=0)] | None = None
     """Target p95 inter-token latency, ms."""
+    max_kv_cache_usage: Annotated[float, Field(gt=0, le=1)] | None = None
+    """The autoscaler's saturation threshold (not used by the launcher)."""
 
 
 class Calibration(_Model):
@@ -162,6 +172,12 @@ class RuntimeConfig(_Model):
     model: ModelConfig
     role: Role = Role.UNIFIED
     """unified, prefill or decode."""
+    service: str | None = None
+    """The InferenceService's name (in every log line)."""
+    namespace: str | None = None
+    """Its namespace (in every log line)."""
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    """The pod's serving port as the operator renders it; replaces `serving.port`."""
     runtime: Runtime = Runtime()
     kv_transfer: KvTransfer | None = None
     """KV transfer between prefill and decode pools; required for those roles."""
@@ -171,8 +187,12 @@ class RuntimeConfig(_Model):
     serving: Serving = Serving()
 
 
-def load_config(path: Path) -> RuntimeConfig:
+DRAIN_ENV = "LLMFLEET_DRAIN_SECONDS"
+
+
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> RuntimeConfig:
     """Read a runtime config file (YAML, of which JSON is a subset); one-line errors."""
+    environ = {} if environ is None else environ
     try:
         text = path.read_text()
     except OSError as error:
@@ -190,7 +210,7 @@ def load_config(path: Path) -> RuntimeConfig:
     if not isinstance(data, dict):
         raise LauncherError(ExitCode.BAD_CONFIG, f"config {path} must be a mapping")
     try:
-        return RuntimeConfig.model_validate(data)
+        config = RuntimeConfig.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "(top level)"
@@ -198,3 +218,22 @@ def load_config(path: Path) -> RuntimeConfig:
         raise LauncherError(
             ExitCode.BAD_CONFIG, f"config {path}: {field}: {first['msg']}{more}"
         ) from None
+    return with_overrides(config, environ)
+
+
+def with_overrides(config: RuntimeConfig, environ: Mapping[str, str]) -> RuntimeConfig:
+    """Fold in the top-level `port` and the operator's `LLMFLEET_DRAIN_SECONDS` env var (the
+    drain grace it also sized the pod's terminationGracePeriodSeconds from)."""
+    serving = config.serving
+    if config.port is not None:
+        serving = serving.model_copy(update={"port": config.port})
+    drain = environ.get(DRAIN_ENV)
+    if drain:
+        try:
+            seconds = float(drain)
+        except ValueError:
+            raise LauncherError(
+                ExitCode.BAD_CONFIG, f"{DRAIN_ENV}={drain!r} is not a number of seconds"
+            ) from None
+        serving = serving.model_copy(update={"drain_grace_seconds": seconds})
+    return config.model_copy(update={"serving": serving})

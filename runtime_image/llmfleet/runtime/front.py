@@ -59,9 +59,9 @@ class Gate:
 def create_front(gate: Gate, client: httpx.AsyncClient) -> Starlette:
     """The front app over `client` (based at the engine's URL, owned by the caller).
 
-    `/health/ready` is the pod's readiness probe; `/health` its liveness probe (the launcher is
-    up); `/metrics` always passes through (Prometheus scrapes warm-up and drain too); everything
-    else is forwarded only while ready."""
+    `/health/ready` (or `/ready`) is the pod's readiness probe; `/health` its liveness probe
+    (the launcher is up); `/metrics` always passes through (Prometheus scrapes warm-up and drain
+    too); everything else is forwarded only while ready."""
 
     async def ready(_: Request) -> Response:
         code = 200 if gate.phase is Phase.READY else 503
@@ -121,6 +121,7 @@ def create_front(gate: Gate, client: httpx.AsyncClient) -> Starlette:
     return Starlette(
         routes=[
             Route("/health/ready", ready, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),  # the operator's probe path
             Route("/health", live, methods=["GET"]),
             Route("/{path:path}", forward, methods=methods),
         ],

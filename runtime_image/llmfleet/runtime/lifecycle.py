@@ -250,10 +250,12 @@ class Supervisor:
 
 
 def identity(config: RuntimeConfig, environ: dict[str, str]) -> str:
-    """Who is logging: the pod (downward-API env `POD_NAMESPACE`/`POD_NAME`), model and role."""
+    """Who is logging: service, pod (downward-API env `POD_NAMESPACE`/`POD_NAME`), model, role."""
     pod = "/".join(environ[k] for k in ("POD_NAMESPACE", "POD_NAME") if environ.get(k))
+    service = "/".join(part for part in (config.namespace, config.service) if part)
     model = config.model.served_name or config.model.name
-    return (f"pod={pod} " if pod else "") + f"model={model} role={config.role.value}"
+    parts = [f"service={service}" if service else "", f"pod={pod}" if pod else ""]
+    return " ".join([*filter(None, parts), f"model={model} role={config.role.value}"])
 
 
 def run_serving(config: RuntimeConfig, plan: EnginePlan) -> ExitCode:

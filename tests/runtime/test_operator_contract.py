@@ -1,0 +1,53 @@
+"""The contract with the operator: every pool config it renders for the e2e samples loads and
+plans, with the serving port, role and drain grace it meant.
+
+The test imports the operator (tests sit outside the layer contracts; the launcher never does).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmfleet.crds import InferenceService
+from llmfleet.crds.labels import ENGINE_PORT
+from llmfleet.operator.children import runtime_config
+from llmfleet.runtime.args import plan_engine
+from llmfleet.runtime.config import RuntimeConfig, load_config
+from llmfleet.runtime.gpu import detect
+from tests.runtime.helpers import options_of
+
+SAMPLES = Path(__file__).resolve().parents[2] / "e2e" / "samples"
+RENDERED = [
+    (sample.stem, pool)
+    for sample in sorted(SAMPLES.glob("*.yaml"))
+    for pool in InferenceService.model_validate(yaml.safe_load(sample.read_text())).spec.pools()
+]
+
+
+def _service(stem: str) -> InferenceService:
+    manifest = yaml.safe_load((SAMPLES / f"{stem}.yaml").read_text())
+    manifest["metadata"].update(namespace="team", uid="uid-1", generation=1)
+    return InferenceService.model_validate(manifest)
+
+
+@pytest.mark.parametrize(("stem", "pool"), RENDERED, ids=[f"{s}-{p}" for s, p in RENDERED])
+def test_rendered_config_loads_and_plans(tmp_path: Path, stem: str, pool: str) -> None:
+    service = _service(stem)
+    path = tmp_path / f"{pool}.json"
+    path.write_text(json.dumps(runtime_config(service, pool)))
+    config = load_config(path, {"LLMFLEET_DRAIN_SECONDS": "90"})
+    assert isinstance(config, RuntimeConfig)
+    assert config.role.value == pool
+    assert config.serving.port == ENGINE_PORT
+    assert config.serving.drain_grace_seconds == 90
+    plan = plan_engine(config, detect(config.runtime.gpu, {}), pod_ip="10.1.2.3")
+    options = options_of(plan.argv)
+    assert options["--served-model-name"] == service.spec.served_name
+    assert options["--tensor-parallel-size"] == str(
+        service.spec.runtime.tensor_parallel or service.spec.runtime.gpu.count
+    )
+    assert ("--kv-transfer-config" in options) == (pool != "unified")
