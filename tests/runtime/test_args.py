@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from llmfleet.runtime.args import plan_engine, split_args
+from llmfleet.runtime.args import plan_engine
 from llmfleet.runtime.errors import ExitCode, LauncherError
+from llmfleet.runtime.options import split_args
 from tests.runtime.cases import CASES, MODEL, Case, cfg
 from tests.runtime.helpers import config_of, gpu_of, options_of
 

@@ -1,21 +1,19 @@
 """Runtime config + GPU -> the `vllm serve` command line and environment. Pure: no I/O.
 
-Each option carries where it came from: the spec (a field the user set), a launcher default
-(decided here, with its reason), or the launcher itself (ports, model; never overridable).
-`extraArgs` replace defaults for the same option; contradicting the spec, each other, or a
-launcher-owned option is an error, never a silent merge. The reasons end up in the log.
+Each option carries its origin (options.py): the spec, a launcher default decided here with
+its reason (the reasons end up in the log), or the launcher itself. `extraArgs` are merged last.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from llmfleet.runtime import sizing
 from llmfleet.runtime.config import Role, RuntimeConfig
 from llmfleet.runtime.errors import ExitCode, LauncherError
 from llmfleet.runtime.gpu import Gpu
+from llmfleet.runtime.options import Option, Origin, merge, split_args
 
 CONNECTORS = ("NixlConnector", "LMCacheConnectorV1")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -45,51 +43,6 @@ GPU_MEMORY_UTILIZATION = 0.9
 # currently identical, OptimizationLevel in vllm/config/vllm.py). Capture costs 10-17 s at start
 # (vllm-facts.md), which warm spares hide.
 OPTIMIZATION_LEVEL = "2"
-
-# Options that set the same thing (vLLM dest, or one group for related switches).
-_ALIASES = {
-    "-tp": "--tensor-parallel-size",
-    "-dp": "--data-parallel-size",
-    "-q": "--quantization",
-    "-sc": "--speculative-config",
-    "--device-memory-utilization": "--gpu-memory-utilization",
-    "-O": "--optimization-level",
-}
-_GROUPS = {
-    "--enable-prefix-caching": "prefix-caching",
-    "--disable-prefix-caching": "prefix-caching",
-    "--enable-chunked-prefill": "chunked-prefill",
-    "--disable-chunked-prefill": "chunked-prefill",
-    "--enforce-eager": "cuda-graphs",
-    "--no-enforce-eager": "cuda-graphs",
-    "--optimization-level": "cuda-graphs",
-}
-# The drain and the autoscaler read the engine's metrics; this would turn them off.
-_REFUSED = {"--disable-log-stats": "the launcher's drain and the autoscaler read engine metrics"}
-
-
-class Origin(StrEnum):
-    SPEC = "spec"
-    DEFAULT = "default"
-    LAUNCHER = "launcher"
-    EXTRA = "extraArgs"
-
-
-@dataclass(frozen=True)
-class Option:
-    flag: str
-    values: tuple[str, ...] = ()
-    origin: Origin = Origin.DEFAULT
-    reason: str = ""
-    spec_field: str = ""
-    """For SPEC options: the config field that set it (named in conflict errors)."""
-
-    @property
-    def key(self) -> str:
-        return _GROUPS.get(self.flag, self.flag)
-
-    def words(self) -> list[str]:
-        return [self.flag, *self.values]
 
 
 @dataclass(frozen=True)
@@ -288,78 +241,6 @@ def _batching(config: RuntimeConfig, gpu: Gpu, tp: int) -> list[Option]:
     return options
 
 
-def split_args(words: list[str]) -> list[Option]:
-    """Group `extraArgs` into options: a word starting with `-` opens one, the words after it
-    (up to the next option) are its values. `--a_b=v` is `--a-b v`, `-O3` is
-    `--optimization-level 3`, and short aliases become their long names, as vLLM reads them."""
-    options: list[tuple[str, list[str]]] = []
-    for word in words:
-        if word.startswith("-") and not _is_number(word):
-            flag, eq, value = word.partition("=")
-            if flag.startswith("--"):
-                flag = "--" + flag[2:].replace("_", "-")
-                # vLLM still accepts the old `--no-enable-x` / `--no-disable-x` spellings.
-                for old, new in (("--no-enable-", "--disable-"), ("--no-disable-", "--enable-")):
-                    if flag.startswith(old):
-                        flag = new + flag.removeprefix(old)
-            elif flag.startswith("-O") and len(flag) > 2:
-                flag, value, eq = "-O", flag[2:], "="
-            flag = _ALIASES.get(flag, flag)
-            options.append((flag, [value] if eq else []))
-        elif not options:
-            raise LauncherError(
-                ExitCode.CONFLICTING_ARGS, f"extraArgs must start with an option, not {word!r}"
-            )
-        else:
-            options[-1][1].append(word)
-    return [Option(flag, tuple(values), Origin.EXTRA) for flag, values in options]
-
-
-def _is_number(word: str) -> bool:
-    try:
-        float(word)
-    except ValueError:
-        return False
-    return True
-
-
-def _merge(ours: list[Option], extra: list[Option], decisions: list[str]) -> list[Option]:
-    seen: dict[str, Option] = {}
-    for option in extra:
-        if option.flag in _REFUSED:
-            raise LauncherError(
-                ExitCode.CONFLICTING_ARGS,
-                f"extraArgs {option.flag} is refused: {_REFUSED[option.flag]}",
-            )
-        if option.key in seen:
-            raise LauncherError(
-                ExitCode.CONFLICTING_ARGS,
-                f"extraArgs set {' '.join(seen[option.key].words())} "
-                f"and {' '.join(option.words())}",
-            )
-        seen[option.key] = option
-    merged: list[Option] = []
-    for option in ours:
-        replacement = seen.get(option.key)
-        if replacement is None:
-            merged.append(option)
-            continue
-        given = " ".join(replacement.words())
-        if option.origin is Origin.LAUNCHER:
-            raise LauncherError(
-                ExitCode.CONFLICTING_ARGS,
-                f"extraArgs {given}: {option.flag} is set by the launcher",
-            )
-        if option.origin is Origin.SPEC and replacement.words() != option.words():
-            raise LauncherError(
-                ExitCode.CONFLICTING_ARGS,
-                f"extraArgs {given} contradicts {option.spec_field} ({' '.join(option.words())})",
-            )
-        if option.origin is Origin.DEFAULT:
-            decisions.append(f"extraArgs {given} replaces the default {' '.join(option.words())}")
-    return merged + extra
-
-
 def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> EnginePlan:
     """The whole engine command line for this pod. Raises LauncherError on invalid input."""
     model = config.model
@@ -389,7 +270,7 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
     decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
     extra = split_args(list(config.runtime.extra_args))
     _check_graphs(config, extra)
-    merged = _merge(ours, extra, decisions)
+    merged = merge(ours, extra, decisions)
     for var in config.runtime.env:
         env[var.name] = var.value
     argv = ["vllm", "serve", model.name]
