@@ -4,6 +4,7 @@ readiness only after warm-up; SIGTERM drains in-flight streams and refuses new r
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -46,7 +47,12 @@ class Launcher:
 def launch(sim_binary: Path, tmp_path: Path) -> Iterator[Any]:
     started: list[Launcher] = []
 
-    def start(sim_flags: list[str], served: str = MODEL, **sections: dict[str, Any]) -> Launcher:
+    def start(
+        sim_flags: list[str],
+        served: str = MODEL,
+        env: dict[str, str] | None = None,
+        **sections: dict[str, Any],
+    ) -> Launcher:
         port, engine_port = free_port(), free_port()
         config = {
             "model": {"name": served},
@@ -62,6 +68,7 @@ def launch(sim_binary: Path, tmp_path: Path) -> Iterator[Any]:
                 [LAUNCHER, "serve", "--config", path, "--engine-command", engine],
                 stdout=sink,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
             )
         launcher = Launcher(
             process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{engine_port}", log
@@ -79,17 +86,15 @@ def _completed_requests(engine: str) -> float:
     return gauge_sum(text, "vllm:request_success_total") or 0.0
 
 
-def test_ready_only_after_warm_up(launch: Any) -> None:
+SYSTEM_PROMPT = " ".join(["You are a terse assistant for the llmfleet test suite."] * 30)
+
+
+def test_ready_only_after_warm_up_and_with_the_system_prompt_cached(launch: Any) -> None:
     # Each warm-up request takes ~50 ms + 5 x 60 ms; 3 of them keep the pod warming ~1 s.
-    sim = [
-        "--startup-duration",
-        "1s",
-        "--time-to-first-token",
-        "50ms",
-        "--inter-token-latency",
-        "60ms",
-    ]
-    launcher = launch(sim, warmup={"systemPrompts": ["You are a terse assistant."]})
+    # --enable-kvcache makes the simulator keep a prefix cache (it needs POD_IP to start).
+    sim = ["--startup-duration", "1s", "--time-to-first-token", "50ms",
+           "--inter-token-latency", "60ms", "--enable-kvcache"]  # fmt: skip
+    launcher = launch(sim, warmup={"systemPrompts": [SYSTEM_PROMPT]}, env={"POD_IP": "127.0.0.1"})
     seen_warming = False
     deadline = time.monotonic() + 30
     while launcher.ready() != 200:
@@ -102,12 +107,17 @@ def test_ready_only_after_warm_up(launch: Any) -> None:
     assert seen_warming, "readiness never lagged the engine's own health"
     # Ready: the system prompt and both warm-up requests had completed on the engine.
     assert _completed_requests(launcher.engine) >= 3
+    # The first user request that shares the system prompt finds it in the prefix cache.
+    messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": "What is a fleet?"}]  # fmt: skip
     response = httpx.post(
-        f"{launcher.front}/v1/completions",
-        json={"model": MODEL, "prompt": "hi", "max_tokens": 2},
+        f"{launcher.front}/v1/chat/completions",
+        json={"model": MODEL, "messages": messages, "max_tokens": 2},
         timeout=10,
     )
     assert response.status_code == 200
+    usage = response.json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= 0.8 * usage["prompt_tokens"]
 
 
 @dataclass

@@ -71,6 +71,8 @@ def test_profile_recovers_configured_latencies(
         assert _near(itl.p50_ms, case.itl_ms), f"ITL {itl.p50_ms:.1f} ms vs {case.itl_ms} ms"
     assert profile.max_concurrency.value == case.max_num_seqs
     assert profile.max_concurrency.limited_by == "queueing"
+    # The simulator's default KV cache: --kv-cache-size 1024 blocks x --block-size 16.
+    assert profile.kv_cache_tokens == 1024 * 16
     (tmp_path / "profile.json").write_text(profile.model_dump_json(by_alias=True))
 
 

@@ -82,4 +82,4 @@ class CapacityProfile(_Model):
     max_concurrency: MaxConcurrency
     kv_cache_tokens: int | None = None
     """KV-cache capacity in tokens (`vllm:cache_config_info` num_gpu_blocks x block_size);
-    None when the engine does not export it (llm-d-inference-sim does not)."""
+    None when the engine does not export it."""
