@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from llmfleet.runtime.errors import ExitCode
@@ -243,3 +244,17 @@ def test_a_busy_serving_port_fails_before_the_engine_starts(tmp_path: Path) -> N
     assert result.returncode == ExitCode.FRONT_FAILED
     assert f"cannot serve on 127.0.0.1:{port}" in result.stderr
     assert not marker.exists()
+
+
+def test_liveness_follows_a_hung_engine_once_serving(launch: Any) -> None:
+    launcher = launch([])
+    wait_for(lambda: launcher.ready() == 200 or None, 30, "readiness")
+    assert status(f"{launcher.front}/health") == 200
+    (engine,) = psutil.Process(launcher.process.pid).children()
+    engine.suspend()  # SIGSTOP: the process lives but answers nothing, like a hung GPU
+    try:
+        # The launcher gives the engine 5 s to answer before it declares it dead.
+        assert httpx.get(f"{launcher.front}/health", timeout=15).status_code == 503
+    finally:
+        engine.resume()
+    assert status(f"{launcher.front}/health") == 200

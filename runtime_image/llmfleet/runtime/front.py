@@ -68,7 +68,17 @@ def create_front(gate: Gate, client: httpx.AsyncClient) -> Starlette:
         return JSONResponse({"phase": gate.phase.value}, status_code=code)
 
     async def live(_: Request) -> Response:
-        return JSONResponse({"phase": gate.phase.value})
+        # While loading, the launcher being up is all liveness can say (the startup timeout
+        # covers a hang there). Once serving, an engine that no longer answers its own health
+        # check within 5 s (a hung GPU, a dead engine core) is a dead pod.
+        if gate.phase not in (Phase.READY, Phase.DRAINING):
+            return JSONResponse({"phase": gate.phase.value})
+        try:
+            engine = (await client.get("/health", timeout=5)).status_code
+        except httpx.HTTPError:
+            engine = 0
+        code = 200 if engine == 200 else 503
+        return JSONResponse({"phase": gate.phase.value, "engine": engine}, status_code=code)
 
     async def forward(request: Request) -> Response:
         if gate.phase is not Phase.READY and request.url.path != "/metrics":
@@ -94,10 +104,21 @@ def create_front(gate: Gate, client: httpx.AsyncClient) -> Starlette:
             message = f"engine unreachable: {type(error).__name__}"
             return JSONResponse({"error": {"message": message}}, status_code=502)
 
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released, gate.in_flight = True, gate.in_flight - 1
+
+        async def finish() -> None:
+            release()
+            await upstream.aclose()
+
         async def body() -> AsyncIterator[bytes]:
-            # NOTE: the count drops when the last byte is out, or when the client went away
-            # (Starlette then stops iterating and the finally runs): either way it no longer
-            # holds the engine.
+            # NOTE: the count drops when the last byte is out, when the client went away
+            # (Starlette stops iterating; the finally runs), or, if the client left before the
+            # body started, in the background task Starlette runs after every response; once.
             try:
                 async for chunk in upstream.aiter_raw():
                     if gate.phase is Phase.STOPPED:
@@ -107,14 +128,14 @@ def create_front(gate: Gate, client: httpx.AsyncClient) -> Starlette:
                         raise StreamCutOffError(request.url.path)
                     yield chunk
             finally:
-                gate.in_flight -= 1
+                release()
 
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
         return StreamingResponse(
             body(),
             status_code=upstream.status_code,
             headers=headers,
-            background=BackgroundTask(upstream.aclose),
+            background=BackgroundTask(finish),
         )
 
     methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
