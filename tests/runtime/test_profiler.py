@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from llmfleet.core.capacity_profile import CapacityProfile
+from llmfleet.runtime.errors import ExitCode
 from llmfleet.runtime.profiler import ProfileSettings, fit_line, percentile, run_profile
-from tests.runtime.processes import running_sim
+from tests.runtime.processes import LAUNCHER, running_sim
 
 TOLERANCE = 0.2
 
@@ -107,3 +110,46 @@ def test_fit_line_needs_two_lengths() -> None:
     assert fit_line([(10, 5.0), (10, 6.0)]) is None
     intercept, slope = fit_line([(0, 1.0), (10, 21.0)]) or (0.0, 0.0)
     assert (intercept, slope) == pytest.approx((1.0, 2.0))
+
+
+def test_profile_command_writes_the_profile(sim_binary: Path, tmp_path: Path) -> None:
+    out = tmp_path / "profile.json"
+    with running_sim(sim_binary, "m", "--inter-token-latency", "5ms", "--max-num-seqs", "2") as url:
+        result = subprocess.run(
+            [LAUNCHER, "profile", "--url", url, "--out", out, "--prompt-lengths", "16,64",
+             "--concurrency", "1,2", "--repeats", "1", "--output-tokens", "4",
+             "--max-concurrency", "4"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    profile = CapacityProfile.model_validate_json(out.read_text())
+    assert profile.schema_version == 1
+    assert [p.requested_tokens for p in profile.ttft] == [16, 64]
+    assert [p.concurrency for p in profile.itl] == [1, 2]
+    assert profile.max_concurrency.value == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        pytest.param(["--url", "http://127.0.0.1:9"], ExitCode.PROFILE_FAILED,
+                     "profiling http://127.0.0.1:9 failed: ConnectError", id="unreachable"),
+        pytest.param(["--url", "http://127.0.0.1:9", "--model", "m"], ExitCode.PROFILE_FAILED,
+                     "failed: ConnectError", id="unreachable-with-model"),
+        pytest.param(["--url", "http://127.0.0.1:9", "--concurrency", "1,x"], ExitCode.USAGE,
+                     "--concurrency takes integers", id="bad-levels"),
+    ],
+)  # fmt: skip
+def test_profile_command_errors(
+    tmp_path: Path, args: list[str], code: ExitCode, words: str
+) -> None:
+    result = subprocess.run(
+        [LAUNCHER, "profile", "--out", tmp_path / "p.json", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == code
+    # The progress bar may have drawn itself first; the error is the last line, and one line.
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("llmfleet-runtime: error: ")
+    assert words in last
+    assert not (tmp_path / "p.json").exists()

@@ -27,18 +27,21 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llmfleet.runtime import metrics
-from llmfleet.runtime.errors import ExitCode, LauncherError
-from llmfleet.runtime.profile_schema import (
+from llmfleet.core.capacity_profile import (
     CapacityProfile,
     ItlPoint,
     MaxConcurrency,
     TtftFit,
     TtftPoint,
 )
+from llmfleet.runtime import metrics
+from llmfleet.runtime.errors import ExitCode, LauncherError
 
 PREEMPTIONS = "vllm:num_preemptions_total"
 METRICS_POLL_SECONDS = 0.05
+# A saturation burst's requests decode for about this long (10 polls), capped in tokens.
+SATURATION_BURST_SECONDS = 0.5
+SATURATION_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -89,11 +92,11 @@ class _Profiler:
         self.client = client
         self.model = model
 
-    async def one(self, prompt_tokens: int) -> Sample:
+    async def one(self, prompt_tokens: int, output_tokens: int | None = None) -> Sample:
         body = {
             "model": self.model,
             "prompt": _prompt(prompt_tokens),
-            "max_tokens": self.settings.output_tokens,
+            "max_tokens": output_tokens or self.settings.output_tokens,
             "ignore_eos": True,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -121,18 +124,27 @@ class _Profiler:
         gaps = [1000 * (b - a) for a, b in itertools.pairwise(stamps)]
         return Sample(1000 * (stamps[0] - started), gaps, usage_prompt, len(stamps))
 
-    async def burst(self, concurrency: int, prompt_tokens: int) -> list[Sample]:
-        return list(await asyncio.gather(*(self.one(prompt_tokens) for _ in range(concurrency))))
+    async def burst(
+        self, concurrency: int, prompt_tokens: int, output_tokens: int | None = None
+    ) -> list[Sample]:
+        requests = (self.one(prompt_tokens, output_tokens) for _ in range(concurrency))
+        return list(await asyncio.gather(*requests))
 
-    async def watched_burst(self, concurrency: int) -> tuple[list[Sample], str | None]:
+    async def watched_burst(
+        self, concurrency: int, output_tokens: int
+    ) -> tuple[list[Sample], str | None]:
         """A burst while polling the engine's gauges; returns what limited it, if anything."""
         before = await self.scrape()
         preempted_before = metrics.gauge_sum(before, PREEMPTIONS) or 0.0
-        waiting_seen = False
-        task = asyncio.create_task(self.burst(concurrency, 16))
+        waiting_seen, waiting_before = False, False
+        task = asyncio.create_task(self.burst(concurrency, 16, output_tokens))
         while not task.done():
             text = await self.scrape()
-            waiting_seen |= (metrics.gauge_sum(text, metrics.WAITING) or 0) > 0
+            # Queueing is waiting in two polls running: a scheduler that admits a burst at its
+            # next step shows a waiting request for one step (milliseconds), not for 50 ms.
+            waiting = (metrics.gauge_sum(text, metrics.WAITING) or 0) > 0
+            waiting_seen |= waiting and waiting_before
+            waiting_before = waiting
             await asyncio.sleep(METRICS_POLL_SECONDS)
         samples = task.result()
         preempted = (metrics.gauge_sum(await self.scrape(), PREEMPTIONS) or 0.0) > preempted_before
@@ -146,22 +158,27 @@ class _Profiler:
         return ""
 
 
-async def _served_model(client: httpx.AsyncClient) -> str:
+async def _model_card(client: httpx.AsyncClient, wanted: str | None) -> tuple[str, int | None]:
+    """The model to profile (`wanted`, else the first served) and its context length, which
+    vLLM (and the simulator) put in /v1/models as `max_model_len`."""
     response = await client.get("/v1/models")
-    if response.status_code != 200 or not response.json().get("data"):
+    cards = response.json().get("data") if response.status_code == 200 else None
+    if not cards:
         raise LauncherError(ExitCode.PROFILE_FAILED, "GET /v1/models lists no model")
-    model: str = response.json()["data"][0]["id"]
-    return model
+    card = next((c for c in cards if c.get("id") == wanted), cards[0])
+    model: str = wanted or card["id"]
+    length = card.get("max_model_len")
+    return model, length if isinstance(length, int) else None
 
 
 async def _max_concurrency(
-    profiler: _Profiler, limit: int, step: Callable[[str], None]
+    profiler: _Profiler, limit: int, output_tokens: int, step: Callable[[str], None]
 ) -> MaxConcurrency:
     good, bad, reason = 0, None, "search-limit"
     level = 1
     while level <= limit:
         step(f"max concurrency: trying {level}")
-        _, limited = await profiler.watched_burst(level)
+        _, limited = await profiler.watched_burst(level, output_tokens)
         if limited is not None:
             bad, reason = level, limited
             break
@@ -170,7 +187,7 @@ async def _max_concurrency(
         while bad - good > 1:
             middle = (good + bad) // 2
             step(f"max concurrency: trying {middle}")
-            _, limited = await profiler.watched_burst(middle)
+            _, limited = await profiler.watched_burst(middle, output_tokens)
             if limited is None:
                 good = middle
             else:
@@ -180,15 +197,20 @@ async def _max_concurrency(
 
 
 async def profile(settings: ProfileSettings, step: Callable[[str], None]) -> CapacityProfile:
+    try:
+        return await _profile(settings, step)
+    except httpx.HTTPError as error:
+        raise LauncherError(
+            ExitCode.PROFILE_FAILED,
+            f"profiling {settings.url} failed: {type(error).__name__} {error}".strip(),
+        ) from None
+
+
+async def _profile(settings: ProfileSettings, step: Callable[[str], None]) -> CapacityProfile:
     limits = httpx.Limits(max_connections=settings.max_concurrency + 8)
     timeout = httpx.Timeout(settings.timeout_seconds, connect=10)
     async with httpx.AsyncClient(base_url=settings.url, timeout=timeout, limits=limits) as client:
-        try:
-            model = settings.model or await _served_model(client)
-        except httpx.HTTPError as error:
-            raise LauncherError(
-                ExitCode.PROFILE_FAILED, f"cannot reach {settings.url}: {type(error).__name__}"
-            ) from None
+        model, context = await _model_card(client, settings.model)
         profiler = _Profiler(settings, client, model)
         await profiler.one(16)  # a first request pays one-off costs; keep it out of the figures
         ttft: list[TtftPoint] = []
@@ -227,7 +249,12 @@ async def profile(settings: ProfileSettings, step: Callable[[str], None]) -> Cap
                     samples=len(samples),
                 )
             )
-        ceiling = await _max_concurrency(profiler, settings.max_concurrency, step)
+        # Each burst must outlast several metric polls, or a queue can form and drain unseen.
+        wanted = math.ceil(1000 * SATURATION_BURST_SECONDS / max(itl[0].p50_ms, 0.1))
+        # (the 16-token prompt plus the output must fit the model's context)
+        cap = min(SATURATION_MAX_TOKENS, (context or SATURATION_MAX_TOKENS + 64) - 64)
+        burst_tokens = max(settings.output_tokens, min(wanted, cap))
+        ceiling = await _max_concurrency(profiler, settings.max_concurrency, burst_tokens, step)
         kv_tokens = metrics.kv_cache_tokens(await profiler.scrape())
     line = fit_line([(p.prompt_tokens, p.p50_ms) for p in ttft])
     fit = TtftFit(intercept_ms=line[0], ms_per_prompt_token=line[1]) if line else None

@@ -1,5 +1,7 @@
 """The capacity profile: what `llmfleet-runtime profile` measures and the autoscaler reads.
 
+It lives in core because both sides need the type and neither may import the other.
+
 One JSON document per engine configuration (model x GPU x runtime settings), camelCase keys,
 `schemaVersion` bumped on any incompatible change. Latencies are milliseconds, rates per second.
 The autoscaler sizes prefill pools with `prefillTokensPerSecond`/`ttftFit`, decode pools with
