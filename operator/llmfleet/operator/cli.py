@@ -73,17 +73,18 @@ def run(
     settings = OperatorSettings()
     namespaces = list(namespace or settings.namespaces)
     peering_name = peering or settings.peering
+    if not standalone and any(set("*?[") & set(ns) for ns in namespaces):
+        raise typer.BadParameter(
+            "namespace patterns need --standalone: peering objects live in named namespaces"
+        )
     api = _api()
     if not standalone:
         ensure_peering(api, peering_name, namespaces)
     reconciler = Reconciler(Kube(api, settings.field_manager), settings)
     registry = build_registry(reconciler, settings.resync_seconds)
-    kopf.run(
-        registry=registry,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        standalone=standalone,
-        peering_name=peering_name,
+    peering_args: dict[str, Any] = {"standalone": True}
+    if not standalone:
         # Distinct priorities make exactly one replica active; the others wait as standbys.
-        priority=secrets.randbelow(2**31),
-    )
+        # (A peering name makes peering mandatory in kopf, so it is only passed here.)
+        peering_args = {"peering_name": peering_name, "priority": secrets.randbelow(2**31)}
+    kopf.run(registry=registry, clusterwide=not namespaces, namespaces=namespaces, **peering_args)

@@ -1,22 +1,25 @@
 """kopf registrations (thin): one reconcile loop per InferenceService, woken by changes.
 
-Each service gets a daemon thread that reconciles, then sleeps until a change to the service or
-one of its children or pods wakes it (or the requeue delay / resync period passes).
+Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
+sleeps until a change to the service or one of its children or pods wakes it, or the requeue
+delay / resync period passes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import logging
-import threading
-import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
 from llmfleet.crds import GROUP, PLURAL, VERSION
 from llmfleet.crds import labels as L
-from llmfleet.operator.reconcile import Reconciler
+from llmfleet.operator.reconcile import Gone, Reconciler
 
 log = logging.getLogger("llmfleet.operator")
 CHILD_KINDS = (
@@ -29,27 +32,32 @@ CHILD_KINDS = (
 
 
 class Triggers:
-    """Wake-up events per (namespace, service), shared by watchers and service loops."""
+    """Wake-up events per (namespace, service), shared by watchers and service loops.
+
+    Everything here runs on kopf's event loop; only `Reconciler.reconcile` runs in threads.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._events: dict[tuple[str, str], threading.Event] = {}
+        self._events: dict[tuple[str, str], asyncio.Event] = {}
 
-    def get(self, namespace: str, name: str) -> threading.Event:
-        with self._lock:
-            return self._events.setdefault((namespace, name), threading.Event())
+    def get(self, namespace: str, name: str) -> asyncio.Event:
+        return self._events.setdefault((namespace, name), asyncio.Event())
 
     def fire(self, namespace: str, name: str) -> None:
         self.get(namespace, name).set()
 
     def forget(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._events.pop((namespace, name), None)
+        self._events.pop((namespace, name), None)
 
 
-def build_registry(reconciler: Reconciler, resync_seconds: float) -> kopf.OperatorRegistry:
+def build_registry(
+    reconciler: Reconciler, resync_seconds: float, workers: int = 8
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     triggers = Triggers()
+    # Reconcile passes are short blocking calls; a pool of our own keeps them from starving
+    # kopf's executor (a thread per service would stall every handler past a few services).
+    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -59,8 +67,12 @@ def build_registry(reconciler: Reconciler, resync_seconds: float) -> kopf.Operat
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.level = logging.WARNING
 
+    @kopf.on.cleanup(registry=registry)
+    def shutdown(**_: Any) -> None:
+        executor.shutdown(wait=False, cancel_futures=True)
+
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)
-    def service_loop(
+    async def service_loop(
         *,
         stopped: kopf.DaemonStopped,
         body: kopf.Body,
@@ -70,35 +82,54 @@ def build_registry(reconciler: Reconciler, resync_seconds: float) -> kopf.Operat
     ) -> None:
         assert namespace is not None  # InferenceService is namespaced
         wake = triggers.get(namespace, name)
-        while not stopped:
-            wake.clear()
-            try:
-                requeue = reconciler.reconcile(body)
-            except Exception:  # a failed pass is logged and retried soon; the loop must live
-                log.exception("reconcile of %s/%s failed; retrying", namespace, name)
-                requeue = 2.0
-            deadline = time.monotonic() + (requeue or resync_seconds)
-            while not stopped and not wake.is_set() and time.monotonic() < deadline:
-                wake.wait(0.25)
-        triggers.forget(namespace, name)
+        loop = asyncio.get_running_loop()
+        try:
+            while not stopped:
+                wake.clear()
+                try:
+                    requeue = await loop.run_in_executor(
+                        executor, reconciler.reconcile, namespace, name
+                    )
+                except Gone:
+                    return  # deleted: owner references let the garbage collector finish
+                except Exception:  # a failed pass is logged and retried soon; the loop lives
+                    log.exception("reconcile of %s/%s failed; retrying", namespace, name)
+                    requeue = 2.0
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout=requeue or resync_seconds)
+        finally:
+            triggers.forget(namespace, name)
+
+    _without_finalizer(registry)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def service_changed(*, namespace: str | None, name: str, **_: Any) -> None:
+    async def service_changed(*, namespace: str | None, name: str, **_: Any) -> None:
         triggers.fire(namespace or "", name)
 
     for group, version, plural in CHILD_KINDS:
 
         @kopf.on.event(
-            group,
-            version,
-            plural,
-            registry=registry,
-            id=f"child-{plural}",
+            group, version, plural, registry=registry, id=f"child-{plural}",
             labels={L.SERVICE: kopf.PRESENT, L.MANAGED_BY: L.MANAGED_BY_VALUE}
-            if plural != "pods"
-            else {L.SERVICE: kopf.PRESENT},
-        )
-        def child_changed(*, namespace: str | None, labels: Mapping[str, str], **_: Any) -> None:
+            if plural != "pods" else {L.SERVICE: kopf.PRESENT},
+        )  # fmt: skip
+        async def child_changed(
+            *, namespace: str | None, labels: Mapping[str, str], **_: Any
+        ) -> None:
             triggers.fire(namespace or "", labels[L.SERVICE])
 
     return registry
+
+
+def _without_finalizer(registry: kopf.OperatorRegistry) -> None:
+    """Drop the finalizer kopf puts on every object with a daemon.
+
+    Nothing needs it: children are removed by the garbage collector through owner references,
+    and a finalizer would block `kubectl delete` (and namespace deletion) whenever the operator
+    is down or misses the deletion. kopf offers no switch, so the registered handler is
+    replaced by a copy that does not require one.
+    """
+    spawning = registry._spawning
+    spawning._handlers = [
+        dataclasses.replace(handler, requires_finalizer=False) for handler in spawning._handlers
+    ]

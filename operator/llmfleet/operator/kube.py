@@ -6,14 +6,14 @@ what we write: drift is reverted), transient API errors are retried a few times.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
 from llmfleet.crds import labels as L
@@ -36,6 +36,23 @@ def retrying(call: Callable[[], T], attempts: int = 5) -> T:
                 raise
             time.sleep(min(0.2 * 2**attempt, 2.0))
     raise AssertionError("unreachable")
+
+
+PLURALS = {
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "Pod": "pods",
+    "Deployment": "deployments",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "ServiceMonitor": "servicemonitors",
+}
+"""The kinds the operator writes. A fixed table: API discovery costs seconds on every start."""
+
+
+def _object_path(api_version: str, kind: str, namespace: str | None) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{prefix}{scope}/{PLURALS[kind]}"
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -82,14 +99,7 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.extensions = client.ApiextensionsV1Api(api)
-        self._dynamic: DynamicClient | None = None
         self._monitor_crd: tuple[float, bool] | None = None
-
-    @property
-    def dynamic(self) -> DynamicClient:
-        if self._dynamic is None:
-            self._dynamic = DynamicClient(self.api)  # type: ignore[no-untyped-call]
-        return self._dynamic
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -106,6 +116,23 @@ class Kube:
                 found = False
             self._monitor_crd = (now, found)
         return self._monitor_crd[1]
+
+    def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The InferenceService as stored now, or None when it does not exist."""
+        try:
+            body = cast(
+                dict[str, Any],
+                retrying(
+                    lambda: self.custom.get_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL, name
+                    )
+                ),
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return body
 
     def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> Observed:
         pods = retrying(
@@ -124,19 +151,23 @@ class Kube:
     # -- writing ---------------------------------------------------------------------------
 
     def apply(self, manifest: Mapping[str, Any]) -> None:
-        resource = self.dynamic.resources.get(
-            api_version=manifest["apiVersion"], kind=manifest["kind"]
-        )
+        """Server-side apply one object (forcing conflicts: what we manage, we own)."""
         metadata = manifest["metadata"]
-        retrying(
-            lambda: resource.server_side_apply(
-                body=dict(manifest),
-                name=metadata["name"],
-                namespace=metadata.get("namespace"),
-                field_manager=self.field_manager,
-                force_conflicts=True,
-            )
-        )
+        path = _object_path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"))
+        query = [("fieldManager", self.field_manager), ("force", "true")]
+        headers = {"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"}
+
+        def call() -> None:
+            request = self.api.param_serialize(
+                "PATCH", f"{path}/{metadata['name']}", query_params=query,
+                header_params=headers, body=json.dumps(manifest), auth_settings=["BearerToken"],
+            )  # fmt: skip
+            response = self.api.call_api(*request)
+            response.read()  # type: ignore[no-untyped-call]
+            # Raises ApiException (with the status) for anything but 2xx.
+            self.api.response_deserialize(response, {"200": "object", "201": "object"})
+
+        retrying(call)
 
     def change_pod(self, namespace: str, change: PodChange) -> None:
         """Apply the serving label and our annotations to one pod (absent ones are removed)."""
@@ -161,14 +192,18 @@ class Kube:
 
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource; keys we do not send (autoscaling) are kept."""
-        retrying(
-            lambda: self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
+        try:
+            retrying(
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
+                )
             )
-        )
+        except ApiException as error:
+            if error.status != 404:  # 404: the service was deleted meanwhile; nothing to report
+                raise
 
     def event(
-        self, owner: Mapping[str, Any], reason: str, message: str, kind: str = "Normal"
+        self, owner: Mapping[str, Any], reason: str, message: str, warning: bool = False
     ) -> None:
         metadata = owner["metadata"]
         now = datetime.now(UTC)
@@ -183,7 +218,7 @@ class Kube:
             ),
             reason=reason,
             message=message[:1024],
-            type=kind,
+            type="Warning" if warning else "Normal",
             source=client.V1EventSource(component=self.field_manager),
             first_timestamp=now,
             last_timestamp=now,

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from llmfleet.crds import InferenceService
+from llmfleet.crds import Condition, InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.crds.inference_service import PoolStatus
+from llmfleet.crds.inference_service import ConditionStatus, PoolStatus
 from llmfleet.operator import children
 from llmfleet.operator.children import Manifest
 from llmfleet.operator.conditions import conditions
@@ -31,13 +31,21 @@ class PoolTarget:
 
 
 @dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the service."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     objects: tuple[Manifest, ...]
     pod_changes: tuple[PodChange, ...]
     status: dict[str, object]
     """Merge patch for the status subresource (never touches `status.autoscaling`)."""
-    events: tuple[tuple[str, str], ...]
-    """(reason, message) pairs to post as Kubernetes Events on the service."""
+    events: tuple[Event, ...]
     requeue_after: float | None
     """Look again this soon (a drain ends, pods are starting); None: wait for a change."""
 
@@ -87,24 +95,19 @@ def desired(
             children.disruption_budget(service, pool),
         ]
 
-    events: list[tuple[str, str]] = []
+    events: list[Event] = []
     for pool, assignment in assignments.items():
         if assignment.promoted:
-            events.append(
-                (
-                    "Promoted",
-                    f"{pool}: promoted spare(s) {', '.join(assignment.promoted)}"
-                    f" to serving ({pools[pool].active} active wanted)",
-                )
-            )
+            promoted = ", ".join(assignment.promoted)
+            wanted = pools[pool].active
+            events.append(Event("Promoted", f"{pool}: promoted {promoted} ({wanted} active)"))
         if assignment.demoted:
-            events.append(
-                (
-                    "Demoted",
-                    f"{pool}: demoted {', '.join(assignment.demoted)} to spare;"
-                    f" it drains for up to {settings.drain_seconds}s",
-                )
-            )
+            demoted = ", ".join(assignment.demoted)
+            drain = settings.drain_seconds
+            events.append(Event("Demoted", f"{pool}: demoted {demoted}; drains up to {drain}s"))
+
+    now_conditions = conditions(service, observed, pools, assignments, now)
+    events += condition_events(observed, now_conditions)
 
     pool_status = {
         pool: PoolStatus(
@@ -126,10 +129,7 @@ def desired(
         "serving": serving,
         "endpoint": endpoint(service, settings),
         "revision": revision,
-        "conditions": [
-            condition.to_wire()
-            for condition in conditions(service, observed, pools, assignments, now)
-        ],
+        "conditions": [condition.to_wire() for condition in now_conditions],
     }
     settling = any(
         assignment.ready < assignment.total
@@ -145,6 +145,20 @@ def desired(
     requeue = 2.0 if settling or draining else None
     pod_changes = tuple(change for a in assignments.values() for change in a.changes)
     return Plan(tuple(objects), pod_changes, status, tuple(events), requeue)
+
+
+def condition_events(observed: Observed, now_conditions: list[Condition]) -> list[Event]:
+    """An event whenever Ready or Degraded changes status or reason (not on every pass)."""
+    before = {condition.type: condition for condition in observed.conditions}
+    events: list[Event] = []
+    for condition in now_conditions:
+        old = before.get(condition.type)
+        changed = old is None or (old.status, old.reason) != (condition.status, condition.reason)
+        if condition.type in ("Ready", "Degraded") and changed:
+            bad = (condition.type == "Degraded") == (condition.status == ConditionStatus.TRUE)
+            text = f"{condition.type}={condition.status.value}: {condition.message}"
+            events.append(Event(condition.reason, text, warning=bad))
+    return events
 
 
 def endpoint(service: InferenceService, settings: OperatorSettings) -> str:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -27,16 +26,26 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class Gone(Exception):
+    """The service was deleted: its reconcile loop ends."""
+
+
 class Reconciler:
     def __init__(self, kube: Kube, settings: OperatorSettings, clock: Clock = utc_now) -> None:
         self.kube = kube
         self.settings = settings
         self.clock = clock
 
-    def reconcile(self, body: Mapping[str, Any]) -> float | None:
-        """Bring one service's children and status in line; returns when to look again."""
+    def reconcile(self, namespace: str, name: str) -> float | None:
+        """Bring one service's children and status in line; returns when to look again.
+
+        Raises `Gone` when the service no longer exists or is being deleted (its children go
+        with it through owner references; nothing is left to do).
+        """
+        body = self.kube.get_service(namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            raise Gone(f"{namespace}/{name}")
         metadata = body["metadata"]
-        namespace, name = metadata["namespace"], metadata["name"]
         log = logging.LoggerAdapter(
             logging.getLogger("llmfleet.operator"), {"namespace": namespace, "service": name}
         )
@@ -84,8 +93,8 @@ class Reconciler:
             os._exit(137)
         for change in plan.pod_changes:
             self.kube.change_pod(namespace, change)
-        for reason, message in plan.events:
-            self.kube.event(body, reason, message)
-            log.info("%s: %s", reason, message)
+        for event in plan.events:
+            self.kube.event(body, event.reason, event.message, event.warning)
+            log.info("%s: %s", event.reason, event.message)
         self.kube.write_status(namespace, name, plan.status)
         return plan.requeue_after

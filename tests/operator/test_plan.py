@@ -1,0 +1,138 @@
+"""The pure plan: children of each sample, pod template details, targets and conditions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+
+from llmfleet.crds import InferenceService
+from llmfleet.crds import labels as L
+from llmfleet.crds.inference_service import AutoscalingStatus
+from llmfleet.operator.observed import Observed, ObservedPod
+from llmfleet.operator.plan import desired, targets
+from llmfleet.operator.pools import COST_SERVING
+from llmfleet.operator.settings import OperatorSettings
+from tests.crds.cases import SAMPLES_DIR
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+SETTINGS = OperatorSettings(drain_seconds=90)
+
+
+def load(sample: str) -> InferenceService:
+    manifest = yaml.safe_load((SAMPLES_DIR / f"{sample}.yaml").read_text())
+    manifest["metadata"].update(namespace="team", uid="uid-1", generation=3)
+    return InferenceService.model_validate(manifest)
+
+
+def kinds(objects: tuple[dict[str, Any], ...]) -> list[str]:
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
+
+
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        ("unified", ["ConfigMap/llama-8b-runtime", "Deployment/llama-8b-unified",
+                     "PodDisruptionBudget/llama-8b-unified", "Service/llama-8b-metrics",
+                     "Service/llama-8b-unified"]),
+        ("disaggregated", ["ConfigMap/llama-70b-pd-runtime", "Deployment/llama-70b-pd-decode",
+                           "Deployment/llama-70b-pd-prefill",
+                           "PodDisruptionBudget/llama-70b-pd-decode",
+                           "PodDisruptionBudget/llama-70b-pd-prefill",
+                           "Service/llama-70b-pd-decode", "Service/llama-70b-pd-metrics",
+                           "Service/llama-70b-pd-prefill"]),
+    ],
+)  # fmt: skip
+def test_children_per_sample(sample: str, expected: list[str]) -> None:
+    plan = desired(load(sample), Observed(), SETTINGS, NOW)
+    assert kinds(plan.objects) == expected
+    for obj in plan.objects:
+        owner = obj["metadata"]["ownerReferences"][0]
+        assert owner["uid"] == "uid-1"
+        assert owner["controller"] is True
+
+
+def test_service_monitor_only_when_its_crd_exists() -> None:
+    plan = desired(load("unified"), Observed(service_monitor_crd=True), SETTINGS, NOW)
+    assert "ServiceMonitor/llama-8b-metrics" in kinds(plan.objects)
+
+
+def test_deployment_pod_template() -> None:
+    plan = desired(load("disaggregated"), Observed(), SETTINGS, NOW)
+    deployment = next(o for o in plan.objects if o["metadata"]["name"] == "llama-70b-pd-prefill")
+    pod = deployment["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert container["command"][:2] == ["llmfleet-runtime", "serve"]
+    assert container["command"][-1].endswith("/prefill.json")
+    assert {"readinessProbe", "livenessProbe", "startupProbe"} <= set(container)
+    assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert pod["spec"]["terminationGracePeriodSeconds"] >= SETTINGS.drain_seconds
+    assert pod["metadata"]["labels"][L.SERVING] == "false"
+    service = next(
+        o
+        for o in plan.objects
+        if o["kind"] == "Service" and o["metadata"]["name"] == "llama-70b-pd-prefill"
+    )
+    assert service["spec"]["selector"][L.SERVING] == "true"
+
+
+def test_runtime_config_changes_roll_the_pods() -> None:
+    before = desired(load("unified"), Observed(), SETTINGS, NOW)
+    changed = load("unified").model_copy(deep=True)
+    manifest = changed.model_dump(by_alias=True)
+    manifest["spec"]["runtime"]["maxNumSeqs"] = 64
+    after = desired(InferenceService.model_validate(manifest), Observed(), SETTINGS, NOW)
+
+    def config_hash(plan: Any) -> str:
+        deployment = next(o for o in plan.objects if o["kind"] == "Deployment")
+        return str(deployment["spec"]["template"]["metadata"]["annotations"][L.CONFIG_HASH])
+
+    assert config_hash(before) != config_hash(after)
+
+
+def test_autoscaler_decision_is_obeyed_within_min_and_max() -> None:
+    service = load("spares")  # min 1, max 4, 1 warm spare, autoscaling on
+    decide = {"pools": {"unified": {"active": 9, "spares": 2, "reason": "burst"}}}
+    chosen = targets(service, Observed(autoscaling=AutoscalingStatus.model_validate(decide)))
+    assert (chosen["unified"].active, chosen["unified"].spares) == (4, 2)
+    assert chosen["unified"].source == "autoscaler"
+    assert targets(service, Observed())["unified"].active == 1
+
+
+def test_insufficient_gpu_condition() -> None:
+    pending = ObservedPod(
+        name="p", pool="unified", created=NOW, ready=False, serving=False,
+        unschedulable="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    )  # fmt: skip
+    plan = desired(load("unified"), Observed(pods=(pending,)), SETTINGS, NOW)
+    conditions = {c["type"]: c for c in plan.status["conditions"]}  # type: ignore[attr-defined]
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Ready"]["reason"] == "InsufficientGPU"
+    assert "Add GPU nodes" in conditions["Ready"]["message"]
+    assert conditions["Degraded"]["status"] == "True"
+    assert any(event.reason == "InsufficientGPU" and event.warning for event in plan.events)
+
+
+def test_ready_when_every_pool_serves_and_status_counts() -> None:
+    pods = tuple(
+        ObservedPod(
+            name=f"p{i}",
+            pool="unified",
+            created=NOW,
+            ready=True,
+            serving=True,
+            deletion_cost=COST_SERVING,
+        )
+        for i in range(2)
+    )
+    plan = desired(load("unified"), Observed(pods=pods), SETTINGS, NOW)
+    status: Any = plan.status
+    assert status["observedGeneration"] == 3
+    assert status["serving"] == "unified 2/2"
+    assert status["pools"]["unified"]["servingReplicas"] == 2
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Serving")
+    assert plan.requeue_after is None
