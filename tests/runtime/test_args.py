@@ -215,3 +215,10 @@ def test_graphs_on_accepts_another_graph_level() -> None:
     config = cfg(runtime={"cudaGraphs": True, "extraArgs": ["-O3"]})
     options = options_of(plan_engine(config_of(config), gpu_of("H100:1")).argv)
     assert options["--optimization-level"] == "3"
+
+
+def test_nixl_without_a_pod_ip_warns() -> None:
+    config = cfg(role="decode", kvTransfer={"connector": "NixlConnector"})
+    plan = plan_engine(config_of(config), gpu_of("H100:1"), pod_ip=None)
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in plan.env
+    assert any(line.startswith("WARNING POD_IP is unset") for line in plan.decisions)

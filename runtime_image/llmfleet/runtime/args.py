@@ -130,7 +130,9 @@ def _speculative(config: RuntimeConfig) -> list[Option]:
     ]
 
 
-def _kv_transfer(config: RuntimeConfig, pod_ip: str | None) -> tuple[list[Option], dict[str, str]]:
+def _kv_transfer(
+    config: RuntimeConfig, pod_ip: str | None, warnings: list[str]
+) -> tuple[list[Option], dict[str, str]]:
     if config.role is Role.UNIFIED:
         return [], {}
     transfer = config.kv_transfer
@@ -153,6 +155,11 @@ def _kv_transfer(config: RuntimeConfig, pod_ip: str | None) -> tuple[list[Option
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(transfer.side_channel_port)
         if pod_ip:
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = pod_ip
+        else:
+            warnings.append(
+                "POD_IP is unset, so VLLM_NIXL_SIDE_CHANNEL_HOST is too: decode pods on other "
+                "nodes cannot reach this pod's NIXL side channel (set POD_IP from status.podIP)"
+            )
     else:
         # LMCache's disaggregated examples (vLLM examples/others/lmcache) mark the roles.
         role = "kv_producer" if config.role is Role.PREFILL else "kv_consumer"
@@ -258,7 +265,8 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         launcher.append(_spec("--max-model-len", str(model.max_model_len), "model.maxModelLen"))
     if model.revision is not None:
         launcher.append(_spec("--revision", model.revision, "model.revision"))
-    kv_options, env = _kv_transfer(config, pod_ip)
+    warnings: list[str] = []
+    kv_options, env = _kv_transfer(config, pod_ip, warnings)
     ours = (
         launcher
         + parallel
@@ -276,4 +284,4 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
     argv = ["vllm", "serve", model.name]
     for option in merged:
         argv += option.words()
-    return EnginePlan(argv, env, decisions, tp)
+    return EnginePlan(argv, env, decisions + [f"WARNING {w}" for w in warnings], tp)

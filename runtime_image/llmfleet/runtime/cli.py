@@ -64,7 +64,10 @@ def serve(
         print(json.dumps(plan.argv))
         return
     for line in plan.decisions:
-        print(f"llmfleet-runtime: default {line}", file=sys.stderr)
+        kind, _, text = (
+            line.partition(" ") if line.startswith("WARNING ") else ("default", "", line)
+        )
+        print(f"llmfleet-runtime: {kind.lower()} {text}", file=sys.stderr)
     if engine_command is not None:
         served = loaded.model.served_name or loaded.model.name
         words = shlex.split(engine_command)
