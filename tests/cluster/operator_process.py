@@ -20,6 +20,7 @@ class OperatorProcess:
             # Short drains and resyncs keep the tests quick; the logic is the same.
             "LLMFLEET_OPERATOR_DRAIN_SECONDS": "3",
             "LLMFLEET_OPERATOR_RESYNC_SECONDS": "5",
+            "LLMFLEET_OPERATOR_METRICS_PORT": "0",
             **(env or {}),
         }
         self._out = log.open("ab")

@@ -10,9 +10,11 @@ import kopf
 import typer
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import start_http_server
 
 from llmfleet.operator.handlers import build_registry
 from llmfleet.operator.kube import Kube
+from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.reconcile import Reconciler
 from llmfleet.operator.settings import OperatorSettings
 
@@ -80,7 +82,10 @@ def run(
     api = _api()
     if not standalone:
         ensure_peering(api, peering_name, namespaces)
-    reconciler = Reconciler(Kube(api, settings.field_manager), settings)
+    metrics = OperatorMetrics()
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+    reconciler = Reconciler(Kube(api, settings.field_manager), settings, metrics)
     registry = build_registry(reconciler, settings.resync_seconds)
     peering_args: dict[str, Any] = {"standalone": True}
     if not standalone:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from llmfleet.crds import InferenceService
 from llmfleet.operator.kube import Kube
+from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.plan import desired
 from llmfleet.operator.settings import OperatorSettings
 
@@ -31,12 +33,35 @@ class Gone(Exception):
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: OperatorSettings, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: OperatorSettings,
+        metrics: OperatorMetrics | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
         self.kube = kube
         self.settings = settings
+        self.metrics = metrics or OperatorMetrics()
         self.clock = clock
 
     def reconcile(self, namespace: str, name: str) -> float | None:
+        """One timed pass (see `_reconcile`); its duration and outcome become a metric."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            requeue = self._reconcile(namespace, name)
+            outcome = "ok"
+            return requeue
+        except Gone:
+            outcome = "gone"
+            raise
+        finally:
+            self.metrics.reconcile_seconds.labels(namespace, name, outcome).observe(
+                time.perf_counter() - started
+            )
+
+    def _reconcile(self, namespace: str, name: str) -> float | None:
         """Bring one service's children and status in line; returns when to look again.
 
         Raises `Gone` when the service no longer exists or is being deleted (its children go
@@ -93,7 +118,10 @@ class Reconciler:
             os._exit(137)
         for change in plan.pod_changes:
             self.kube.change_pod(namespace, change)
+        pool_changes = self.metrics.pod_changes
         for event in plan.events:
+            if event.reason in ("Promoted", "Demoted"):
+                pool_changes.labels(namespace, name, event.reason.lower()).inc()
             self.kube.event(body, event.reason, event.message, event.warning)
             log.info("%s: %s", event.reason, event.message)
         self.kube.write_status(namespace, name, plan.status)

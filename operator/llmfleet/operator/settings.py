@@ -22,5 +22,9 @@ class OperatorSettings(BaseSettings):
     """Reconcile every service at least this often, even when nothing changed."""
     peering: str = "llmfleet"
     """kopf peering object: replicas sharing it elect one active operator."""
+    metrics_port: int = Field(default=8080, ge=0, le=65535)
+    """Port of the operator's /metrics endpoint (0: no endpoint)."""
+    metrics_host: str = "0.0.0.0"
+    """Address the metrics endpoint binds to."""
     gateway_url: str = ""
     """The gateway's URL shown as a service's endpoint; the pool Service address when empty."""

@@ -1,0 +1,25 @@
+"""The operator's own Prometheus metrics (served by `llmfleet operator` on --metrics-port)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class OperatorMetrics:
+    """One set of metrics per operator process, on its own registry (no global state)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconcile_seconds = Histogram(
+            "llmfleet_operator_reconcile_seconds",
+            "Duration of one reconcile pass of one InferenceService.",
+            ["namespace", "service", "outcome"],
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
+            registry=self.registry,
+        )
+        self.pod_changes = Counter(
+            "llmfleet_operator_pod_changes_total",
+            "Serving-label flips: promotions of spares and demotions of serving pods.",
+            ["namespace", "service", "change"],
+            registry=self.registry,
+        )
