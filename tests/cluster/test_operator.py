@@ -26,7 +26,7 @@ CHILD_KINDS = "deployments,services,configmaps,poddisruptionbudgets"
 
 SUFFIX = os.getpid() % 10000
 NAMESPACES = {
-    name: f"op-{name}-{SUFFIX}" for name in ("samples", "gpu", "spares", "drift", "delete")
+    name: f"op-{name}-{SUFFIX}" for name in ("samples", "gpu", "spares", "drain", "drift", "delete")
 }
 """The module operator's namespaces, named up front: kopf serves exact names reliably, while
 with glob patterns it may stop watching a namespace as soon as its deletion starts."""
@@ -55,29 +55,22 @@ def make_ns(kube: Kube, key: str) -> Iterator[str]:
     kube.kubectl("delete", "namespace", name, "--timeout=120s")
 
 
-@pytest.fixture
-def ns_samples(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    yield from make_ns(kube, "samples")
+def _namespace(key: str) -> Any:
+    """A fixture giving a test its own namespace among those the module operator watches."""
+
+    @pytest.fixture
+    def fixture(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
+        yield from make_ns(kube, key)
+
+    return fixture
 
 
-@pytest.fixture
-def ns_gpu(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    yield from make_ns(kube, "gpu")
-
-
-@pytest.fixture
-def ns_spares(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    yield from make_ns(kube, "spares")
-
-
-@pytest.fixture
-def ns_drift(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    yield from make_ns(kube, "drift")
-
-
-@pytest.fixture
-def ns_delete(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    yield from make_ns(kube, "delete")
+ns_samples = _namespace("samples")
+ns_gpu = _namespace("gpu")
+ns_spares = _namespace("spares")
+ns_drain = _namespace("drain")
+ns_drift = _namespace("drift")
+ns_delete = _namespace("delete")
 
 
 def add_node(kube: Kube, name: str, gpu_type: str, gpus: int = 8) -> None:
@@ -186,6 +179,33 @@ def test_spare_promotion_adds_an_endpoint_without_creating_a_pod(
     assert set(endpoints) <= before, "the new endpoint is an existing (spare) pod"
     # The spare is backfilled in the background.
     kube.wait_for(lambda: len(kube.get("pods", "-n", ns)["items"]) == 3, 30, "a backfilled spare")
+
+
+def test_scale_down_demotes_first_and_deletes_after_the_drain(kube: Kube, ns_drain: str) -> None:
+    ns = ns_drain
+    kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
+    wait_ready(kube, ns, "llama-8b")
+    assert len(serving_endpoints(kube, ns, "llama-8b-unified")) == 2
+    kube.kubectl("patch", "inferenceservices.llmfleet.dev/llama-8b", "-n", ns, "--type=merge",
+                 "-p", '{"spec":{"topology":{"unified":{"replicas":1}}}}')  # fmt: skip
+
+    def demoted() -> list[dict[str, Any]]:
+        pods = kube.get("pods", "-n", ns, "-l", f"{L.SERVICE}=llama-8b")["items"]
+        return [p for p in pods if L.DEMOTED_AT in p["metadata"].get("annotations", {})]
+
+    draining = kube.wait_for(demoted, 15, "a demoted pod")
+    # Out of the Service at once, but still running while it drains.
+    kube.wait_for(lambda: len(serving_endpoints(kube, ns, "llama-8b-unified")) == 1, 10,
+                  "the demoted pod to leave the EndpointSlice")  # fmt: skip
+    assert draining[0]["metadata"]["labels"][L.SERVING] == "false"
+    assert draining[0]["metadata"]["annotations"][L.DELETION_COST] == "500"
+    assert kube.get("deployment/llama-8b-unified", "-n", ns)["spec"]["replicas"] == 2
+    # After the drain period (3 s in these tests) the surplus pod goes.
+    kube.wait_for(lambda: kube.get("deployment/llama-8b-unified", "-n", ns)["spec"]["replicas"]
+                  == 1, 30, "the Deployment to shrink after the drain")  # fmt: skip
+    kube.wait_for(lambda: len(kube.get("pods", "-n", ns, "-l", f"{L.SERVICE}=llama-8b")["items"])
+                  == 1, 60, "one pod left")  # fmt: skip
+    assert len(serving_endpoints(kube, ns, "llama-8b-unified")) == 1
 
 
 def test_hand_edits_to_a_child_deployment_are_put_back(kube: Kube, ns_drift: str) -> None:
