@@ -99,8 +99,20 @@ def dump() -> dict[str, Any]:
     }
 
 
+def _validate_configs(namespace: argparse.Namespace) -> None:
+    """Build the config objects vLLM builds from the values the parser only reads as text or
+    JSON (KV transfer, KV-cache dtype); raises on a value vLLM's own validation refuses."""
+    config = _vllm("vllm.config")
+    transfer = namespace.kv_transfer_config
+    if isinstance(transfer, dict):
+        config.KVTransferConfig(**transfer)
+    if namespace.kv_cache_dtype is not None:
+        config.CacheConfig(cache_dtype=namespace.kv_cache_dtype)
+
+
 def check(path: str) -> int:
-    """Parse each argument list with the real parser; 0 when every one is accepted."""
+    """Parse each argument list with the real parser and validate its config values; 0 when
+    every one is accepted."""
     parser = _serve_parser()
     failures = 0
     with open(path) as handle:
@@ -108,10 +120,10 @@ def check(path: str) -> int:
     for argv in argvs:
         args = [a for a in argv if a != "serve"][1:] if argv[:1] == ["vllm"] else argv
         try:
-            parser.parse_args(args)
-        except SystemExit:
+            _validate_configs(parser.parse_args(args))
+        except (SystemExit, ValueError) as error:
             failures += 1
-            print("REJECTED", json.dumps(argv))
+            print("REJECTED", json.dumps(argv), type(error).__name__)
         else:
             print("ok", json.dumps(argv))
     return 1 if failures else 0
