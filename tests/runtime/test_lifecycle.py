@@ -258,3 +258,13 @@ def test_liveness_follows_a_hung_engine_once_serving(launch: Any) -> None:
     finally:
         engine.resume()
     assert status(f"{launcher.front}/health") == 200
+
+
+def test_sigterm_before_ready_stops_cleanly(launch: Any) -> None:
+    launcher = launch(["--startup-duration", "30s"])
+    wait_for(lambda: launcher.ready() == 503 or None, 10, "the front to answer")
+    (engine,) = psutil.Process(launcher.process.pid).children()
+    launcher.process.send_signal(signal.SIGTERM)
+    assert launcher.exit_code(timeout=20) == ExitCode.OK
+    assert "stopped during starting, before the pod was ready" in launcher.log.read_text()
+    assert not engine.is_running()
