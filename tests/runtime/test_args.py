@@ -222,3 +222,24 @@ def test_nixl_without_a_pod_ip_warns() -> None:
     plan = plan_engine(config_of(config), gpu_of("H100:1"), pod_ip=None)
     assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in plan.env
     assert any(line.startswith("WARNING POD_IP is unset") for line in plan.decisions)
+
+
+@pytest.mark.parametrize(
+    ("name", "slo", "calibration", "warned"),
+    [
+        pytest.param("meta-llama/Llama-3.3-70B-Instruct", {"itlP95Ms": 40}, {}, True, id="70b"),
+        pytest.param("Qwen/Qwen2.5-0.5B-Instruct", {"ttftP95Ms": 200}, {}, True, id="0.5b"),
+        pytest.param("meta-llama/Llama-3.1-8B-Instruct", {"itlP95Ms": 40}, {}, False, id="8b"),
+        pytest.param("meta-llama/Llama-3.3-70B-Instruct", {}, {}, False, id="no-slo"),
+        pytest.param("meta-llama/Llama-3.3-70B-Instruct", {"itlP95Ms": 40},
+                     {"decodeStepMs": 18.6}, False, id="calibrated"),
+        pytest.param("/models/my-model", {"itlP95Ms": 40}, {}, False, id="no-size-in-name"),
+    ],
+)  # fmt: skip
+def test_sizing_warns_outside_the_reference_model_size(
+    name: str, slo: dict[str, float], calibration: dict[str, float], warned: bool
+) -> None:
+    config = {"model": {"name": name}, "slo": slo, "calibration": calibration}
+    plan = plan_engine(config_of(config), gpu_of("H100:2"))
+    warnings = [line for line in plan.decisions if "8B-model reference" in line]
+    assert bool(warnings) is warned

@@ -265,7 +265,7 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         launcher.append(_spec("--max-model-len", str(model.max_model_len), "model.maxModelLen"))
     if model.revision is not None:
         launcher.append(_spec("--revision", model.revision, "model.revision"))
-    warnings: list[str] = []
+    warnings = [w for w in (sizing.reference_warning(config),) if w]
     kv_options, env = _kv_transfer(config, pod_ip, warnings)
     ours = (
         launcher

@@ -13,6 +13,7 @@ The model, first order and per engine (all its tensor-parallel GPUs together):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from llmfleet.runtime.config import Role, RuntimeConfig
@@ -141,6 +142,31 @@ def max_batched_tokens(
     # vLLM refuses a budget below max_num_seqs (every running sequence decodes one token per step).
     least = max(step, -(-num_seqs // step) * step)
     return max(least, min(BATCHED_TOKENS_MAX, rounded)), reason
+
+
+# The references above are an 8B model; sizes outside this band (read from the model's name) get
+# a warning to calibrate. Decode cost per sequence depends on context lengths and KV layout as
+# much as on parameters (the 70B NIM curve's slope is 18x the 8B one's at 5,000-token prompts),
+# so there is no sourced way to rescale the figures by size alone.
+REFERENCE_BAND_B = (4.0, 16.0)
+_SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[Bb](?![a-zA-Z])")
+
+
+def reference_warning(config: RuntimeConfig) -> str | None:
+    """A warning when SLO sizing relies on the 8B reference for a model of another size."""
+    uses_reference = config.slo.itl_p95_ms is not None or config.slo.ttft_p95_ms is not None
+    calibrated = config.calibration.prefill_tokens_per_second or config.calibration.decode_step_ms
+    match = _SIZE_IN_NAME.search(config.model.name)
+    if not uses_reference or calibrated or match is None:
+        return None
+    size = float(match[1])
+    low, high = REFERENCE_BAND_B
+    if low <= size <= high:
+        return None
+    return (
+        f"SLO sizing uses 8B-model reference figures but {config.model.name} looks like a "
+        f"{size:g}B model: run `llmfleet-runtime profile` on it and set `calibration`"
+    )
 
 
 def plan_sizing(config: RuntimeConfig, gpu: Gpu, tp: int) -> Sizing:
