@@ -88,6 +88,11 @@ def dump() -> dict[str, Any]:
             "on FlexibleArgumentParser), built by the real vLLM package with "
             "VLLM_TARGET_DEVICE=cpu; regenerate with runtime_image/scripts/vllm_cli_fixture.py"
         ),
+        "installed_as": (
+            "the vllm 0.33.0 wheel from PyPI in its own virtualenv (uv pip install, certifi "
+            "overridden to 2026.10.18: vllm asks for >=2026.10.19, which the index lacked); "
+            "no GPU, so vLLM's CPU platform (VLLM_TARGET_DEVICE=cpu) built the parser"
+        ),
         "preprocessing": (
             "FlexibleArgumentParser rewrites `--a_b` to `--a-b` and `-O<n>`/`-O <n>` to "
             "`--optimization-level <n>` before parsing"

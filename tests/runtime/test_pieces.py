@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.runtime.config import Warmup
+from llmfleet.runtime.config import GpuConfig, Warmup
 from llmfleet.runtime.errors import ExitCode, LauncherError
-from llmfleet.runtime.gpu import type_from_device_name
+from llmfleet.runtime.gpu import detect, type_from_device_name
 from llmfleet.runtime.metrics import kv_cache_tokens, requests_in_engine
 from llmfleet.runtime.warmup import warmup_requests
 
@@ -96,3 +96,28 @@ def test_dockerfile_pins_the_vllm_of_the_runtime_extra_and_runs_the_launcher_as_
     assert '".[runtime]"' in dockerfile
     for download in ("huggingface-cli", "hf download", "snapshot_download", "wget", "curl"):
         assert download not in dockerfile, f"the image must not fetch weights at build ({download})"
+
+
+@pytest.mark.parametrize(
+    ("environ", "probed", "expected"),
+    [
+        pytest.param({}, None, ("H100", 2, "config"), id="config-without-torch"),
+        pytest.param({}, ("NVIDIA H200", 8), ("H200", 8, "torch"), id="torch-wins-over-config"),
+        pytest.param({"LLMFLEET_RUNTIME_GPU": "L4:1"}, ("NVIDIA H200", 8), ("L4", 1, "env"),
+                     id="env-wins-over-torch"),
+        pytest.param({"LLMFLEET_RUNTIME_GPU": "b200"}, None, ("B200", 2, "env"),
+                     id="env-type-only-keeps-count"),
+    ],
+)  # fmt: skip
+def test_gpu_detection_order(
+    environ: dict[str, str], probed: tuple[str, int] | None, expected: tuple[str, int, str]
+) -> None:
+    gpu = detect(GpuConfig(type="H100", count=2), environ, probe=lambda: probed)
+    assert (gpu.type, gpu.count, gpu.source) == expected
+
+
+def test_a_gpu_torch_finds_but_we_do_not_know_is_refused() -> None:
+    with pytest.raises(LauncherError) as raised:
+        detect(GpuConfig(), {}, probe=lambda: ("NVIDIA L40S", 4))
+    assert raised.value.code is ExitCode.UNKNOWN_GPU
+    assert "LLMFLEET_RUNTIME_GPU" in str(raised.value)

@@ -8,7 +8,7 @@ image), then the type and count the operator scheduled the pod for (the config f
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from llmfleet.runtime.config import GpuConfig
@@ -109,12 +109,17 @@ def _from_torch() -> tuple[str, int] | None:
     return name, count
 
 
-def detect(configured: GpuConfig, environ: Mapping[str, str]) -> Gpu:
+def detect(
+    configured: GpuConfig,
+    environ: Mapping[str, str],
+    probe: Callable[[], tuple[str, int] | None] = _from_torch,
+) -> Gpu:
+    """The pod's GPU: the env override, else what `probe` (torch) finds, else the config."""
     override = environ.get(ENV_OVERRIDE)
     if override:
         gpu_type, count = parse_override(override)
         return Gpu(lookup(gpu_type), count or configured.count, "env")
-    found = _from_torch()
+    found = probe()
     if found is not None:
         name, count = found
         return Gpu(lookup(type_from_device_name(name)), count, "torch")
