@@ -268,3 +268,15 @@ def test_sigterm_before_ready_stops_cleanly(launch: Any) -> None:
     assert launcher.exit_code(timeout=20) == ExitCode.OK
     assert "stopped during starting, before the pod was ready" in launcher.log.read_text()
     assert not engine.is_running()
+
+
+def test_the_front_passes_engine_answers_through_unchanged(launch: Any) -> None:
+    launcher = launch([])
+    wait_for(lambda: launcher.ready() == 200 or None, 30, "readiness")
+    body = {"model": "no-such-model", "prompt": "hi", "max_tokens": 2}
+    direct = httpx.post(f"{launcher.engine}/v1/completions", json=body, timeout=10)
+    through = httpx.post(f"{launcher.front}/v1/completions", json=body, timeout=10)
+    assert direct.status_code >= 400
+    assert (through.status_code, through.json()) == (direct.status_code, direct.json())
+    models = httpx.get(f"{launcher.front}/v1/models", params={"x": "1"}, timeout=10)
+    assert [m["id"] for m in models.json()["data"]] == [MODEL]
