@@ -52,7 +52,7 @@ class EnginePlan:
     env: dict[str, str]
     """Environment the engine needs on top of the launcher's."""
     decisions: list[str] = field(default_factory=list)
-    """One line per default chosen or replaced, for the log."""
+    """One line per default chosen or replaced, and `WARNING …` lines, for the log."""
     tensor_parallel: int = 1
 
 
