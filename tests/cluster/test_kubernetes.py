@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -83,6 +84,8 @@ def test_gpu_pods_are_scheduled_and_become_ready(kube: Kube, namespace: str) -> 
     ready = kube.wait_for(two_ready, 60, "2 Ready GPU pods")
     for pod in ready:
         assert pod["spec"]["nodeName"].startswith("gpu-h100-")
+        # Fake pod IPs are on loopback, the only place this machine may send traffic to.
+        assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network("127.0.0.0/8")
         tolerations = {t.get("key") for t in pod["spec"].get("tolerations", [])}
         assert GPU_RESOURCE in tolerations, "ExtendedResourceToleration did not add the toleration"
 

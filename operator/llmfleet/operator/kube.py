@@ -6,6 +6,7 @@ what we write: drift is reverted), transient API errors are retried a few times.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import AutoscalingStatus
+from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.observed import Observed, ObservedPod
 from llmfleet.operator.pools import PodChange
 
@@ -93,7 +95,13 @@ def observed_pod(pod: client.V1Pod) -> ObservedPod:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient, field_manager: str) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        field_manager: str,
+        in_flight: Callable[[str, int], int | None] = probe_in_flight,
+    ) -> None:
+        self.in_flight = in_flight
         self.api = api
         self.field_manager = field_manager
         self.core = client.CoreV1Api(api)
@@ -139,8 +147,16 @@ class Kube:
             lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{L.SERVICE}={name}")
         )
         autoscaling = status.get("autoscaling")
+        observed = [observed_pod(pod) for pod in pods.items]
+        for index, (raw, pod) in enumerate(zip(pods.items, observed, strict=True)):
+            ip = raw.status.pod_ip if raw.status else None
+            if pod.demoted_at is not None and not pod.serving and ip:
+                # Only draining pods are asked; the plan deletes them once nothing is in flight.
+                observed[index] = dataclasses.replace(
+                    pod, in_flight=self.in_flight(ip, L.ENGINE_PORT)
+                )
         return Observed(
-            pods=tuple(observed_pod(pod) for pod in pods.items),
+            pods=tuple(observed),
             service_monitor_crd=self.service_monitor_crd(),
             conditions=tuple(
                 Condition.model_validate(condition) for condition in status.get("conditions", [])
