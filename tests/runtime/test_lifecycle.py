@@ -3,6 +3,7 @@ readiness only after warm-up; SIGTERM drains in-flight streams and refuses new r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -79,6 +80,11 @@ def launch(sim_binary: Path, tmp_path: Path) -> Iterator[Any]:
 
     yield start
     for launcher in started:
+        # SIGTERM first: the launcher stops its engine; SIGKILL only if it does not exit.
+        if launcher.process.poll() is None:
+            launcher.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                launcher.process.wait(timeout=20)
         stop(launcher.process)
 
 
@@ -280,3 +286,12 @@ def test_the_front_passes_engine_answers_through_unchanged(launch: Any) -> None:
     assert (through.status_code, through.json()) == (direct.status_code, direct.json())
     models = httpx.get(f"{launcher.front}/v1/models", params={"x": "1"}, timeout=10)
     assert [m["id"] for m in models.json()["data"]] == [MODEL]
+
+
+def test_the_engine_dies_with_a_killed_launcher(launch: Any) -> None:
+    launcher = launch([])
+    wait_for(lambda: launcher.ready() == 200 or None, 30, "readiness")
+    (engine,) = psutil.Process(launcher.process.pid).children()
+    launcher.process.kill()
+    launcher.process.wait(timeout=10)
+    wait_for(lambda: (not engine.is_running()) or None, 10, "the orphaned engine to die")

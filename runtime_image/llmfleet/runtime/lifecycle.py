@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -40,6 +41,7 @@ from llmfleet.runtime.warmup import run_warmup
 log = logging.getLogger("llmfleet.runtime")
 
 POLL_SECONDS = 0.1
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # After SIGTERM the engine gets this long to exit before SIGKILL: vLLM frees GPU memory and
 # joins its worker processes on shutdown, which takes a few seconds on multi-GPU engines.
 ENGINE_STOP_SECONDS = 10.0
@@ -60,6 +62,26 @@ class _Front(uvicorn.Server):
             await super().startup(sockets)
         except SystemExit:
             self.should_exit = True
+
+
+def _prctl() -> Callable[..., int] | None:
+    with contextlib.suppress(OSError, AttributeError):
+        prctl: Callable[..., int] = ctypes.CDLL(None).prctl
+        return prctl
+    return None
+
+
+# Looked up in the launcher, so the forked child only calls a function pointer (no dlopen
+# between fork and exec).
+_PRCTL = _prctl()
+
+
+def _die_with_parent() -> None:
+    """Runs in the engine's process before exec: if the launcher dies without stopping it
+    (SIGKILL, OOM), the kernel kills the engine too (Linux `PR_SET_PDEATHSIG`), so it never
+    outlives its supervisor holding GPUs and a port."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class _QuietCutOffs(logging.Filter):
@@ -123,7 +145,10 @@ class Supervisor:
         log.info("starting engine: %s", " ".join(self.plan.argv))
         try:
             engine = await asyncio.create_subprocess_exec(
-                *self.plan.argv, env={**os.environ, **self.plan.env}, start_new_session=True
+                *self.plan.argv,
+                env={**os.environ, **self.plan.env},
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as error:
             log.error("engine command %s cannot start: %s", self.plan.argv[0], error.strerror)
