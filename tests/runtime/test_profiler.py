@@ -26,6 +26,8 @@ class SimCase:
     """Expected TTFT per prompt length the profiler measures."""
     itl_ms: float
     max_num_seqs: int
+    prefill_tok_s: float | None
+    """None: TTFT does not depend on the prompt, so no rate can be measured."""
 
 
 SIM_CASES = [
@@ -35,6 +37,7 @@ SIM_CASES = [
         {16: 100, 256: 100},
         20,
         8,
+        None,
     ),
     SimCase(
         # TTFT = overhead + per-token time x prompt tokens (time-to-first-token must be 0).
@@ -44,6 +47,7 @@ SIM_CASES = [
         {64: 30 + 0.5 * 64, 512: 30 + 0.5 * 512},
         40,
         5,
+        1000 / 0.5,
     ),
 ]  # fmt: skip
 
@@ -74,6 +78,11 @@ def test_profile_recovers_configured_latencies(
         assert _near(itl.p50_ms, case.itl_ms), f"ITL {itl.p50_ms:.1f} ms vs {case.itl_ms} ms"
     assert profile.max_concurrency.value == case.max_num_seqs
     assert profile.max_concurrency.limited_by == "queueing"
+    if case.prefill_tok_s is None:
+        assert profile.prefill_tokens_per_second is None
+    else:
+        assert profile.prefill_tokens_per_second is not None
+        assert _near(profile.prefill_tokens_per_second, case.prefill_tok_s)
     # The simulator's default KV cache: --kv-cache-size 1024 blocks x --block-size 16.
     assert profile.kv_cache_tokens == 1024 * 16
     (tmp_path / "profile.json").write_text(profile.model_dump_json(by_alias=True))

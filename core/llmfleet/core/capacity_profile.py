@@ -76,7 +76,7 @@ class CapacityProfile(_Model):
     ttft_fit: TtftFit | None
     """None with fewer than two prompt lengths."""
     prefill_tokens_per_second: float | None
-    """1000 / msPerPromptToken; None when TTFT does not grow with the prompt."""
+    """1000 / msPerPromptToken; None when TTFT does not measurably grow with the prompt."""
     itl: list[ItlPoint]
     """ITL against concurrency."""
     decode_step_ms: float

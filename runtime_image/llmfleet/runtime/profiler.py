@@ -39,6 +39,9 @@ from llmfleet.runtime.errors import ExitCode, LauncherError
 
 PREEMPTIONS = "vllm:num_preemptions_total"
 METRICS_POLL_SECONDS = 0.05
+# Timer and scheduling noise in one TTFT sample is about a millisecond here; growth below this
+# is not a prefill cost.
+MIN_TTFT_GROWTH_MS = 2.0
 # A saturation burst's requests decode for about this long (10 polls), capped in tokens.
 SATURATION_BURST_SECONDS = 0.5
 SATURATION_MAX_TOKENS = 1024
@@ -78,6 +81,19 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
         return None
     slope, intercept = statistics.linear_regression(xs, [y for _, y in points])
     return intercept, slope
+
+
+def prefill_rate(points: list[TtftPoint], fit: TtftFit | None) -> float | None:
+    """Prompt tokens per second from the TTFT slope, or None when TTFT does not grow
+    measurably over the lengths measured (less than 2 ms or 10% of the shortest TTFT): then the
+    slope is noise, and its inverse an absurd rate."""
+    if fit is None or fit.ms_per_prompt_token <= 0:
+        return None
+    span = max(p.prompt_tokens for p in points) - min(p.prompt_tokens for p in points)
+    growth = fit.ms_per_prompt_token * span
+    if growth < max(MIN_TTFT_GROWTH_MS, 0.1 * min(p.p50_ms for p in points)):
+        return None
+    return 1000 / fit.ms_per_prompt_token
 
 
 def _prompt(tokens: int) -> str:
@@ -258,7 +274,7 @@ async def _profile(settings: ProfileSettings, step: Callable[[str], None]) -> Ca
         kv_tokens = metrics.kv_cache_tokens(await profiler.scrape())
     line = fit_line([(p.prompt_tokens, p.p50_ms) for p in ttft])
     fit = TtftFit(intercept_ms=line[0], ms_per_prompt_token=line[1]) if line else None
-    rate = 1000 / fit.ms_per_prompt_token if fit and fit.ms_per_prompt_token > 0.001 else None
+    rate = prefill_rate(ttft, fit)
     return CapacityProfile(
         url=settings.url,
         model=model,
