@@ -1,0 +1,201 @@
+"""The gateway's FastAPI app: `create_app(settings, ...)` builds everything; nothing is global.
+
+Endpoints: POST /v1/chat/completions, POST /v1/completions (JSON or SSE), GET /v1/models,
+/healthz (the process answers), /readyz (discovery has its first snapshot), /metrics, and
+FastAPI's /docs and /openapi.json. Handlers read the raw body and validate only the fields the
+gateway acts on (see `openai_request`), so the OpenAPI schema is attached by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from llmfleet.gateway import openai_request
+from llmfleet.gateway.discovery import Discovery, Role, StaticDiscovery
+from llmfleet.gateway.endpoints import Clock, EndpointTable
+from llmfleet.gateway.errors import error_response
+from llmfleet.gateway.metrics import GatewayMetrics
+from llmfleet.gateway.openai_request import InvalidRequestError, capped
+from llmfleet.gateway.pd import serve_disaggregated
+from llmfleet.gateway.proxy import Call, Failure, Forwarder
+from llmfleet.gateway.routing.base import RoutingRequest
+from llmfleet.gateway.scraper import scrape_forever
+from llmfleet.gateway.settings import GatewaySettings
+
+log = logging.getLogger("llmfleet.gateway")
+
+
+def _discovery_from(settings: GatewaySettings) -> Discovery:
+    if settings.static_config is None:
+        # NOTE: Kubernetes discovery (InferenceServices + EndpointSlices) is the next step; it
+        # implements `Discovery` and is chosen here when no static file is given.
+        raise ValueError("no discovery source: pass --static-config FILE")
+    return StaticDiscovery.from_file(settings.static_config)
+
+
+def create_app(
+    settings: GatewaySettings,
+    *,
+    discovery: Discovery | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    clock: Clock = time.monotonic,
+) -> FastAPI:
+    """The gateway app. `discovery` defaults to the static file in the settings; `transport`
+    replaces the network for the engines (tests pass an `httpx.MockTransport`)."""
+    if settings.profile not in settings.profiles:
+        known = ", ".join(sorted(settings.profiles))
+        raise ValueError(f"unknown routing profile {settings.profile!r} (known: {known})")
+    source = discovery if discovery is not None else _discovery_from(settings)
+    metrics = GatewayMetrics()
+    table = EndpointTable(
+        eject_after_failures=settings.eject_after_failures,
+        eject_seconds=settings.eject_seconds,
+        stale_seconds=settings.metrics_stale_seconds,
+        clock=clock,
+    )
+    limits = httpx.Limits(
+        max_connections=None,
+        max_keepalive_connections=settings.max_connections_per_endpoint * 16,
+        keepalive_expiry=30,
+    )
+    # Created here but opened lazily by httpx; closed by the lifespan.
+    client = httpx.AsyncClient(transport=transport, limits=limits, timeout=None)
+    scrape_client = httpx.AsyncClient(transport=transport, timeout=settings.scrape_timeout_seconds)
+    forwarder = Forwarder(settings, client, table, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await source.start()
+        scraper = asyncio.create_task(
+            scrape_forever(scrape_client, table, source, settings.scrape_interval_seconds)
+        )
+        try:
+            yield
+        finally:
+            scraper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scraper
+            await source.stop()
+            await client.aclose()
+            await scrape_client.aclose()
+
+    app = FastAPI(title="llmfleet gateway", version="v1", lifespan=lifespan)
+    app.state.forwarder = forwarder
+    app.state.table = table
+    app.state.metrics = metrics
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> Response:
+        return error_response(error.status_code, str(error.detail))
+
+    gateway = _Gateway(settings, source, forwarder, metrics)
+    handle = gateway.handle
+
+    @app.post(
+        "/v1/chat/completions",
+        openapi_extra=_body_schema(openai_request.ChatCompletionRequest),
+    )
+    async def chat_completions(request: Request) -> Response:
+        return await handle(request, "/v1/chat/completions", chat=True)
+
+    @app.post("/v1/completions", openapi_extra=_body_schema(openai_request.CompletionRequest))
+    async def completions(request: Request) -> Response:
+        return await handle(request, "/v1/completions", chat=False)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": service.namespace}
+            for name, service in sorted(source.services().items())
+        ]
+        return {"object": "list", "data": data}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if not source.ready():
+            return error_response(503, "discovery has no snapshot yet", code="not_ready")
+        return Response(b'{"status":"ready"}', media_type="application/json")
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def _body_schema(model: type[openai_request._Common]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+class _Gateway:
+    """Per-request work, kept out of `create_app` so the factory stays a wiring diagram."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        source: Discovery,
+        forwarder: Forwarder,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.forwarder = forwarder
+        self.metrics = metrics
+
+    async def handle(self, request: Request, path: str, chat: bool) -> Response:
+        arrived = time.perf_counter()
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        raw = await request.body()
+        try:
+            parsed = openai_request.parse(raw, chat=chat)
+        except InvalidRequestError as error:
+            return error_response(400, str(error), param=error.param)
+        service = self.source.services().get(parsed.model)
+        if service is None:
+            return error_response(
+                404, f"the model `{parsed.model}` does not exist", code="model_not_found"
+            )
+        cap = service.limits.max_tokens or self.settings.max_tokens
+        body = capped(parsed, cap)
+        if body is not None:
+            raw = json.dumps(body).encode()
+            parsed = openai_request.ParsedRequest(
+                body, parsed.model, parsed.stream, cap, parsed.prompt_text
+            )
+        routing = RoutingRequest(
+            parsed.model,
+            parsed.prefix_key(self.settings.prefix_block_chars, self.settings.prefix_blocks),
+            parsed.tokens(),
+        )
+        call = Call(request_id, service, parsed, routing, path, arrived)
+        call.overhead = time.perf_counter() - arrived
+        try:
+            if service.disaggregated:
+                response: Response = await serve_disaggregated(
+                    self.forwarder, call, parsed.body, raw
+                )
+                return response
+            opened = await self.forwarder.open(call, service.pools["unified"], raw)
+            return await self.forwarder.relay(call, opened, {})
+        except Failure as failure:
+            pool: Role = "decode" if service.disaggregated else "unified"
+            self.metrics.requests.labels(*call.labels(pool), failure.outcome).inc()
+            failure.response.headers["x-request-id"] = request_id
+            return failure.response

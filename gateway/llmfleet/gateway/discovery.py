@@ -1,0 +1,160 @@
+"""Where the gateway learns which models exist and which engines serve them.
+
+A discovery source keeps a snapshot `{served model name: Service}` current. The static source
+reads a YAML file once; a Kubernetes source (watching InferenceServices and the EndpointSlices of
+their pool Services, so only serving pods appear) implements the same `Discovery` protocol and
+plugs in beside it without touching routing or the proxy.
+
+Static file format::
+
+    models:
+      llama-8b:                         # the `model` clients send
+        unified: [http://10.0.0.1:8000, http://10.0.0.2:8000]
+        limits: {maxTokens: 1024, timeoutSeconds: 120}    # optional, like spec.traffic.limits
+      llama-70b:
+        namespace: prod                 # optional metric labels (default: "static", the model)
+        service: llama-70b
+        prefill: [http://10.0.1.1:8000]
+        decode: [http://10.0.1.2:8000, http://10.0.1.3:8000]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+
+Role = Literal["unified", "prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A service's `traffic.limits` as far as the gateway enforces them per request."""
+
+    max_tokens: int | None = None
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The serving endpoints of one pool (base URLs without a trailing slash)."""
+
+    role: Role
+    endpoints: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Service:
+    """One served model: its pools (unified, or prefill + decode) and its limits."""
+
+    model: str
+    namespace: str
+    name: str
+    pools: Mapping[Role, Pool]
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def disaggregated(self) -> bool:
+        return "prefill" in self.pools or "decode" in self.pools
+
+
+class Discovery(Protocol):
+    """A source of services; `services()` is read on every request, so it must be cheap."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def services(self) -> Mapping[str, Service]: ...
+
+    def ready(self) -> bool:
+        """True once the first complete snapshot is in (readiness of the gateway)."""
+        ...
+
+
+class StaticConfigError(ValueError):
+    """The static configuration file is missing or malformed (message names the field)."""
+
+
+class _LimitsModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    max_tokens: int | None = Field(default=None, alias="maxTokens", gt=0)
+    timeout_seconds: float | None = Field(default=None, alias="timeoutSeconds", gt=0)
+
+
+class _ServiceModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    namespace: str = "static"
+    service: str | None = None
+    unified: list[HttpUrl] | None = None
+    prefill: list[HttpUrl] | None = None
+    decode: list[HttpUrl] | None = None
+    limits: _LimitsModel = Field(default_factory=_LimitsModel)
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> _ServiceModel:
+        if self.unified is not None and (self.prefill is not None or self.decode is not None):
+            raise ValueError("a model has either `unified` or `prefill`/`decode` pools, not both")
+        if self.unified is None and self.prefill is None and self.decode is None:
+            raise ValueError("a model needs `unified` or `prefill` and `decode` endpoints")
+        return self
+
+
+class _StaticFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    models: dict[str, _ServiceModel]
+
+
+def parse_static_config(text: str) -> dict[str, Service]:
+    """The services a static YAML document describes; StaticConfigError when it is invalid."""
+    try:
+        raw = yaml.safe_load(text)
+        parsed = _StaticFile.model_validate(raw)
+    except (yaml.YAMLError, ValidationError) as error:
+        raise StaticConfigError(f"invalid static config: {error}") from error
+    services: dict[str, Service] = {}
+    for model, spec in parsed.models.items():
+        pools: dict[Role, Pool] = {}
+        for role in ("unified", "prefill", "decode"):
+            urls = getattr(spec, role)
+            if urls is not None:
+                pools[role] = Pool(role, tuple(str(url).rstrip("/") for url in urls))
+        services[model] = Service(
+            model=model,
+            namespace=spec.namespace,
+            name=spec.service or model,
+            pools=pools,
+            limits=Limits(spec.limits.max_tokens, spec.limits.timeout_seconds),
+        )
+    return services
+
+
+class StaticDiscovery:
+    """Services read from a YAML file (or given directly, as tests and benchmarks do)."""
+
+    def __init__(self, services: Mapping[str, Service]) -> None:
+        self._services = dict(services)
+
+    @classmethod
+    def from_file(cls, path: Path) -> StaticDiscovery:
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise StaticConfigError(f"cannot read static config {path}: {error}") from error
+        return cls(parse_static_config(text))
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def services(self) -> Mapping[str, Service]:
+        return self._services
+
+    def ready(self) -> bool:
+        return True

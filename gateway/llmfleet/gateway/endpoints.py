@@ -1,0 +1,159 @@
+"""What the gateway knows about each engine: scraped load, its own in-flight counts, failures.
+
+One `EndpointState` per base URL, shared by every pool that lists the URL. The routing plugins
+never see this mutable object, only the frozen `Candidate` view `candidate()` takes of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from llmfleet.gateway.routing.base import Candidate
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class EngineLoad:
+    """Figures from one scrape of an engine's /metrics (vLLM names), summed over label sets."""
+
+    waiting: float = 0.0
+    """`vllm:num_requests_waiting`"""
+    running: float = 0.0
+    """`vllm:num_requests_running`"""
+    kv_usage: float = 0.0
+    """`vllm:kv_cache_usage_perc` (0-1; the older `vllm:gpu_cache_usage_perc` as a fallback)"""
+
+
+@dataclass
+class EndpointState:
+    url: str
+    load: EngineLoad | None = None
+    scraped_at: float = float("-inf")
+    in_flight: int = 0
+    in_flight_tokens: int = 0
+    consecutive_failures: int = 0
+    ejected_until: float = float("-inf")
+
+
+class EndpointTable:
+    """Mutable per-endpoint state; only the event loop's thread touches it (no locks needed)."""
+
+    def __init__(
+        self,
+        *,
+        eject_after_failures: int,
+        eject_seconds: float,
+        stale_seconds: float,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._states: dict[str, EndpointState] = {}
+        self._eject_after = eject_after_failures
+        self._eject_seconds = eject_seconds
+        self._stale_seconds = stale_seconds
+        self.clock = clock
+        self.ejections = 0
+        """Count of ejections so far (the metrics layer exports the increments)."""
+
+    def get(self, url: str) -> EndpointState:
+        state = self._states.get(url)
+        if state is None:
+            state = self._states[url] = EndpointState(url)
+        return state
+
+    def retain(self, urls: Iterable[str]) -> None:
+        """Forget endpoints that no longer exist (their counts cannot matter any more)."""
+        keep = set(urls)
+        for url in [url for url in self._states if url not in keep]:
+            del self._states[url]
+
+    def candidates(self, urls: Iterable[str]) -> list[Candidate]:
+        now = self.clock()
+        return [self.candidate(self.get(url), now) for url in urls]
+
+    def candidate(self, state: EndpointState, now: float) -> Candidate:
+        fresh = state.load is not None and now - state.scraped_at <= self._stale_seconds
+        load = state.load if fresh and state.load is not None else EngineLoad()
+        return Candidate(
+            url=state.url,
+            waiting=load.waiting,
+            running=load.running,
+            kv_usage=load.kv_usage,
+            in_flight=state.in_flight,
+            in_flight_tokens=state.in_flight_tokens,
+            ejected=state.ejected_until > now,
+        )
+
+    def record_load(self, url: str, load: EngineLoad) -> None:
+        state = self.get(url)
+        state.load = load
+        state.scraped_at = self.clock()
+
+    def begin(self, url: str, tokens: int) -> None:
+        state = self.get(url)
+        state.in_flight += 1
+        state.in_flight_tokens += tokens
+
+    def end(self, url: str, tokens: int) -> None:
+        state = self._states.get(url)
+        if state is not None:
+            state.in_flight = max(0, state.in_flight - 1)
+            state.in_flight_tokens = max(0, state.in_flight_tokens - tokens)
+
+    def succeeded(self, url: str) -> None:
+        state = self._states.get(url)
+        if state is not None:
+            state.consecutive_failures = 0
+
+    def failed(self, url: str) -> bool:
+        """Count a failure; True when it ejects the endpoint (for `eject_seconds`)."""
+        state = self.get(url)
+        state.consecutive_failures += 1
+        if state.consecutive_failures < self._eject_after:
+            return False
+        state.consecutive_failures = 0
+        state.ejected_until = self.clock() + self._eject_seconds
+        self.ejections += 1
+        return True
+
+
+_GAUGES = {
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:num_requests_running": "running",
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage_old",
+}
+
+
+def parse_engine_metrics(text: str) -> EngineLoad:
+    """The load figures in a Prometheus text exposition of vLLM metrics.
+
+    Samples of one gauge are summed over their label sets (several models or engines behind one
+    port); KV usage is the maximum instead, since a fuller cache is what limits the endpoint.
+    Unparseable lines are skipped: an engine's exposition format is not ours to enforce.
+    """
+    sums = {"waiting": 0.0, "running": 0.0}
+    kv: float | None = None
+    kv_old: float | None = None
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name_end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
+        field = _GAUGES.get(line[:name_end]) if name_end > 0 else None
+        if field is None:
+            continue
+        rest = line[line.rfind("}") + 1 :] if line[name_end] == "{" else line[name_end:]
+        try:
+            value = float(rest.split()[0])  # an optional timestamp may follow the value
+        except (ValueError, IndexError):
+            continue
+        if field == "kv_usage":
+            kv = value if kv is None else max(kv, value)
+        elif field == "kv_usage_old":
+            kv_old = value if kv_old is None else max(kv_old, value)
+        else:
+            sums[field] += value
+    usage = kv if kv is not None else kv_old if kv_old is not None else 0.0
+    return EngineLoad(waiting=sums["waiting"], running=sums["running"], kv_usage=usage)

@@ -1,0 +1,297 @@
+"""Forwarding to engines: pick, send, retry once elsewhere, relay bytes, account for it all.
+
+Contracts:
+- A connect error, a response that breaks before its headers, or a 5xx status is retried once on
+  another endpoint of the same pool; after the first byte reached the client nothing is retried.
+- Every `begin` on the endpoint table is matched by exactly one `end` (in `finally` blocks), also
+  when the client leaves mid-stream: the in-flight counts feed routing.
+- A stream whose engine fails mid-way ends with one SSE error event, never a hang; a client that
+  leaves closes the upstream response, which closes its connection, so the engine sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from starlette.responses import Response, StreamingResponse
+
+from llmfleet.gateway.discovery import Pool, Role, Service
+from llmfleet.gateway.endpoints import EndpointTable
+from llmfleet.gateway.errors import error_response, stream_error_event
+from llmfleet.gateway.metrics import GatewayMetrics
+from llmfleet.gateway.openai_request import ParsedRequest
+from llmfleet.gateway.routing.base import RoutingRequest
+from llmfleet.gateway.routing.registry import PluginOptions, Scheduler
+from llmfleet.gateway.settings import GatewaySettings
+
+log = logging.getLogger("llmfleet.gateway")
+
+ATTEMPTS = 2
+"""The first try and one retry on another endpoint."""
+
+
+@dataclass
+class Call:
+    """One client request as it moves through the gateway."""
+
+    request_id: str
+    service: Service
+    parsed: ParsedRequest
+    routing: RoutingRequest
+    path: str
+    arrived: float
+    overhead: float = 0.0
+    """Seconds spent in the gateway so far (excluding waits on engines)."""
+
+    def labels(self, pool: Role) -> tuple[str, str, str, str]:
+        return (self.service.namespace, self.service.name, pool, self.service.model)
+
+
+@dataclass
+class Opened:
+    """An upstream response whose headers arrived; its body is still to be read or streamed."""
+
+    url: str
+    pool: Role
+    response: httpx.Response
+    tokens: int
+
+
+class Failure(Exception):
+    """The call cannot be served; `response` is the OpenAI-shaped answer to send instead."""
+
+    def __init__(self, response: Response, outcome: str) -> None:
+        super().__init__(outcome)
+        self.response = response
+        self.outcome = outcome
+
+
+class Forwarder:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        client: httpx.AsyncClient,
+        table: EndpointTable,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.table = table
+        self.metrics = metrics
+        self._schedulers: dict[tuple[str, Role], Scheduler] = {}
+        self._pool_in_flight: dict[tuple[str, Role], int] = {}
+        profile = settings.profiles[settings.profile]
+        self._profile = profile
+        self._options = PluginOptions(bounded_load_factor=settings.bounded_load_factor)
+
+    def scheduler(self, model: str, pool: Role) -> Scheduler:
+        key = (model, pool)
+        scheduler = self._schedulers.get(key)
+        if scheduler is None:  # one per pool: pickers keep per-pool state (round-robin)
+            p = self._profile
+            scheduler = Scheduler.build(p.filters, p.scorers, p.picker, self._options)
+            self._schedulers[key] = scheduler
+        return scheduler
+
+    def admit(self, call: Call, pool: Role) -> None:
+        """Refuse with 429 when the pool has `max_in_flight_per_pool` requests in flight."""
+        key = (call.service.model, pool)
+        if self._pool_in_flight.get(key, 0) >= self.settings.max_in_flight_per_pool:
+            self.metrics.rejected.labels(*call.labels(pool)).inc()
+            retry = str(self.settings.retry_after_seconds)
+            raise Failure(
+                error_response(
+                    429,
+                    f"pool {pool!r} of model {call.service.model!r} is at capacity; retry later",
+                    code="pool_saturated",
+                    headers={"Retry-After": retry},
+                ),
+                "rejected",
+            )
+
+    def _timeout(self, call: Call) -> httpx.Timeout:
+        read = call.service.limits.timeout_seconds or self.settings.request_timeout_seconds
+        return httpx.Timeout(read, connect=self.settings.connect_timeout_seconds)
+
+    async def open(self, call: Call, pool: Pool, body: bytes) -> Opened:
+        """Send `body` to an endpoint of `pool` chosen by the profile; retry once elsewhere."""
+        self.admit(call, pool.role)
+        labels = call.labels(pool.role)
+        tried: set[str] = set()
+        last_error = "no serving endpoint"
+        headers = {"content-type": "application/json", "x-request-id": call.request_id}
+        tokens = call.routing.tokens
+        for attempt in range(ATTEMPTS):
+            started = time.perf_counter()
+            urls = [url for url in pool.endpoints if url not in tried]
+            candidate = self.scheduler(call.service.model, pool.role).pick(
+                call.routing, self.table.candidates(urls)
+            )
+            if candidate is None:
+                break
+            url = candidate.url
+            tried.add(url)
+            if attempt:
+                self.metrics.retries.labels(*labels).inc()
+            request = self.client.build_request(
+                "POST", url + call.path, content=body, headers=headers, timeout=self._timeout(call)
+            )
+            self._begin(call, pool.role, url, tokens)
+            call.overhead += time.perf_counter() - started
+            try:
+                response = await self.client.send(request, stream=True)
+            except httpx.TimeoutException as error:
+                self._end(call, pool.role, url, tokens)
+                if isinstance(error, httpx.ConnectTimeout):
+                    last_error = self._failed(call, pool.role, url, f"connect timeout: {error}")
+                    continue
+                raise Failure(
+                    error_response(504, f"the engine at {url} did not answer in time"), "timeout"
+                ) from None
+            except httpx.HTTPError as error:  # refused, reset before the headers, ...
+                self._end(call, pool.role, url, tokens)
+                last_error = self._failed(call, pool.role, url, f"{type(error).__name__}: {error}")
+                continue
+            if response.status_code >= 500 and attempt + 1 < ATTEMPTS:
+                await response.aclose()
+                self._end(call, pool.role, url, tokens)
+                last_error = self._failed(call, pool.role, url, f"status {response.status_code}")
+                continue
+            if response.status_code < 500:
+                self.table.succeeded(url)
+            return Opened(url, pool.role, response, tokens)
+        message = f"no endpoint of pool {pool.role!r} could serve model {call.service.model!r}"
+        raise Failure(
+            error_response(
+                503 if not tried else 502,
+                f"{message} ({last_error})",
+                code="no_endpoint" if not tried else "upstream_unavailable",
+                headers={"Retry-After": str(self.settings.retry_after_seconds)},
+            ),
+            "unavailable",
+        )
+
+    def _begin(self, call: Call, pool: Role, url: str, tokens: int) -> None:
+        self.table.begin(url, tokens)
+        key = (call.service.model, pool)
+        self._pool_in_flight[key] = self._pool_in_flight.get(key, 0) + 1
+        self.metrics.in_flight.labels(*call.labels(pool)).inc()
+
+    def _end(self, call: Call, pool: Role, url: str, tokens: int) -> None:
+        self.table.end(url, tokens)
+        key = (call.service.model, pool)
+        self._pool_in_flight[key] = self._pool_in_flight.get(key, 1) - 1
+        self.metrics.in_flight.labels(*call.labels(pool)).dec()
+
+    def finish(self, call: Call, opened: Opened) -> None:
+        self._end(call, opened.pool, opened.url, opened.tokens)
+
+    def _failed(self, call: Call, pool: Role, url: str, reason: str) -> str:
+        log.warning("request_id=%s endpoint=%s failed: %s", call.request_id, url, reason)
+        if self.table.failed(url):
+            self.metrics.ejections.labels(*call.labels(pool)).inc()
+            log.warning("endpoint=%s ejected for %ss", url, self.settings.eject_seconds)
+        return f"{url}: {reason}"
+
+    async def read_json(self, call: Call, opened: Opened) -> dict[str, Any]:
+        """The whole JSON body of an upstream response (the prefill step of P/D)."""
+        try:
+            data = await opened.response.aread()
+        except httpx.HTTPError as error:
+            self._failed(call, opened.pool, opened.url, f"reading the response: {error}")
+            raise Failure(
+                error_response(502, f"the engine at {opened.url} broke off its answer"),
+                "upstream_error",
+            ) from None
+        finally:
+            await opened.response.aclose()
+            self.finish(call, opened)
+        try:
+            value = json.loads(data)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise Failure(
+                error_response(502, f"the engine at {opened.url} answered with no JSON object"),
+                "upstream_error",
+            )
+        return value
+
+    def _headers(self, call: Call, opened: Opened, extra: dict[str, str]) -> dict[str, str]:
+        return {
+            "x-request-id": call.request_id,
+            "x-llmfleet-service": f"{call.service.namespace}/{call.service.name}",
+            "x-llmfleet-pool": opened.pool,
+            "x-llmfleet-endpoint": opened.url,
+            **extra,
+        }
+
+    async def relay(self, call: Call, opened: Opened, extra: dict[str, str]) -> Response:
+        """The client's response: the engine's bytes, streamed when the engine streams."""
+        upstream = opened.response
+        headers = self._headers(call, opened, extra)
+        media_type = upstream.headers.get("content-type", "application/json")
+        labels = call.labels(opened.pool)
+        if not (call.parsed.stream and upstream.status_code == 200):
+            try:
+                data = await upstream.aread()
+            except httpx.HTTPError as error:
+                self._failed(call, opened.pool, opened.url, f"reading the response: {error}")
+                self.metrics.requests.labels(*labels, "upstream_error").inc()
+                return error_response(502, f"the engine at {opened.url} broke off its answer")
+            finally:
+                await upstream.aclose()
+                self.finish(call, opened)
+            started = time.perf_counter()
+            response = Response(data, upstream.status_code, headers, media_type)
+            self._done(call, labels, _outcome(upstream.status_code), time.perf_counter() - started)
+            return response
+        return StreamingResponse(
+            self._stream(call, opened, labels), upstream.status_code, headers, media_type
+        )
+
+    async def _stream(
+        self, call: Call, opened: Opened, labels: tuple[str, str, str, str]
+    ) -> AsyncIterator[bytes]:
+        outcome = "cancelled"  # unless the loop below ends otherwise: the client left
+        last: float | None = None
+        try:
+            async for chunk in opened.response.aiter_raw():
+                now = time.perf_counter()
+                if last is None:
+                    self.metrics.ttft.labels(*labels).observe(now - call.arrived)
+                else:
+                    self.metrics.itl.labels(*labels).observe(now - last)
+                last = now
+                yield chunk
+            outcome = "ok"
+        except httpx.HTTPError as error:
+            outcome = "stream_error"
+            self._failed(call, opened.pool, opened.url, f"mid-stream: {error}")
+            message = f"the engine at {opened.url} failed mid-stream ({type(error).__name__})"
+            yield stream_error_event(502, message, "upstream_stream_error")
+        finally:
+            await opened.response.aclose()
+            self.finish(call, opened)
+            self._done(call, labels, outcome, 0.0)
+
+    def _done(
+        self, call: Call, labels: tuple[str, str, str, str], outcome: str, extra: float
+    ) -> None:
+        self.metrics.requests.labels(*labels, outcome).inc()
+        self.metrics.e2e.labels(*labels).observe(time.perf_counter() - call.arrived)
+        self.metrics.overhead.labels(*labels).observe(call.overhead + extra)
+
+
+def _outcome(status: int) -> str:
+    if status < 400:
+        return "ok"
+    if status < 500:
+        return "client_error"
+    return "upstream_error"

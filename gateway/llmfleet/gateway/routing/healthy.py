@@ -1,0 +1,18 @@
+"""Filter `healthy`: drop ejected endpoints.
+
+    keep c  iff  not c.ejected
+
+When every endpoint is ejected the pipeline ignores the filter's empty answer and routes to all
+of them: a pool that failed as a whole is better probed by traffic than answered with 503.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmfleet.gateway.routing.base import Candidate, RoutingRequest
+
+
+class HealthyFilter:
+    def filter(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> list[Candidate]:
+        return [candidate for candidate in candidates if not candidate.ejected]

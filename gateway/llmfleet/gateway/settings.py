@@ -1,0 +1,85 @@
+"""The gateway's settings: one pydantic-settings class, environment `LLMFLEET_GATEWAY_*`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ProfileConfig(BaseModel):
+    """One routing profile: plugin names from the registry (`llmfleet.gateway.routing`)."""
+
+    model_config = {"frozen": True}
+
+    filters: tuple[str, ...] = ("healthy",)
+    """Filters applied in order; a filter that would leave no candidate is skipped."""
+    scorers: dict[str, float] = {}
+    """Scorer name -> weight; the endpoint with the highest weighted sum wins."""
+    picker: str = "max-score"
+    """How one endpoint is chosen from the scored candidates."""
+
+
+DEFAULT_PROFILES: dict[str, ProfileConfig] = {
+    # Prefix affinity dominates while the target is not busier than its peers; the load scorers
+    # (each in [0,1]) break the tie and pull traffic away from queues and full KV caches.
+    "prefix-load": ProfileConfig(
+        scorers={
+            "prefix-affinity": 3.0,
+            "queue-depth": 2.0,
+            "kv-cache": 1.0,
+            "inflight-tokens": 1.0,
+        }
+    ),
+    "least-loaded": ProfileConfig(scorers={"least-loaded": 1.0}),
+    "round-robin": ProfileConfig(picker="round-robin"),
+}
+
+
+class GatewaySettings(BaseSettings):
+    """Everything the gateway process reads from its environment (or the CLI's options)."""
+
+    model_config = SettingsConfigDict(env_prefix="LLMFLEET_GATEWAY_", frozen=True)
+
+    host: str = "0.0.0.0"
+    """Address the HTTP server binds."""
+    port: int = 8080
+    """Port of the OpenAI-compatible API, /metrics, /healthz and /readyz."""
+    static_config: Path | None = None
+    """YAML file mapping served model names to pools of endpoint URLs (no Kubernetes needed)."""
+    profile: str = "prefix-load"
+    """Routing profile used for every pool (a key of `profiles`)."""
+    profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
+    """Routing profiles by name (JSON in the environment); the defaults are `DEFAULT_PROFILES`."""
+    scrape_interval_seconds: float = 1.0
+    """How often each engine's /metrics is read (queue depth, running requests, KV usage)."""
+    scrape_timeout_seconds: float = 0.5
+    """A scrape slower than this counts as missing; the endpoint keeps its last figures."""
+    metrics_stale_seconds: float = 5.0
+    """Scraped figures older than this are treated as unknown (zero) by the scorers."""
+    connect_timeout_seconds: float = 2.0
+    """Connecting to an engine; a refused or timed-out connect is retried on another endpoint."""
+    request_timeout_seconds: float = 600.0
+    """Longest wait for the next bytes from an engine (a service's `timeoutSeconds` overrides)."""
+    max_tokens: int | None = None
+    """Cap on `max_tokens` for every request (a service's `maxTokens` overrides); None: no cap."""
+    max_in_flight_per_pool: int = 4096
+    """Requests a pool may have in flight through this gateway; beyond it the answer is 429."""
+    retry_after_seconds: int = 1
+    """`Retry-After` sent with 429 and 503 answers."""
+    eject_after_failures: int = 3
+    """Consecutive failures (connect errors, 5xx) after which an endpoint is ejected."""
+    eject_seconds: float = 10.0
+    """How long an ejected endpoint receives no traffic (unless every endpoint is ejected)."""
+    prefix_block_chars: int = 256
+    """Prompt characters per hashed block (about 64 tokens)."""
+    prefix_blocks: int = 8
+    """Leading blocks whose hash is the prefix-affinity key (the shared system prompt region)."""
+    bounded_load_factor: float = 1.25
+    """Consistent hashing with bounded load: an endpoint takes a key while its in-flight count
+    stays within factor x the pool's mean; otherwise the key moves on along the ring."""
+    max_connections_per_endpoint: int = 256
+    """Pooled keep-alive connections kept per engine."""
+    log_level: str = "INFO"
+    """Python logging level of the gateway."""
