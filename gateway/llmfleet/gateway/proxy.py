@@ -124,7 +124,7 @@ class Forwarder:
         self.admit(call, pool.role)
         labels = call.labels(pool.role)
         tried: set[str] = set()
-        last_error = "no serving endpoint"
+        errors: list[str] = []
         headers = {"content-type": "application/json", "x-request-id": call.request_id}
         tokens = call.routing.tokens
         for attempt in range(ATTEMPTS):
@@ -149,19 +149,21 @@ class Forwarder:
             except httpx.TimeoutException as error:
                 self._end(call, pool.role, url, tokens)
                 if isinstance(error, httpx.ConnectTimeout):
-                    last_error = self._failed(call, pool.role, url, f"connect timeout: {error}")
+                    errors.append(self._failed(call, pool.role, url, f"connect timeout: {error}"))
                     continue
                 raise Failure(
                     error_response(504, f"the engine at {url} did not answer in time"), "timeout"
                 ) from None
             except httpx.HTTPError as error:  # refused, reset before the headers, ...
                 self._end(call, pool.role, url, tokens)
-                last_error = self._failed(call, pool.role, url, f"{type(error).__name__}: {error}")
+                errors.append(
+                    self._failed(call, pool.role, url, f"{type(error).__name__}: {error}")
+                )
                 continue
             if response.status_code >= 500 and attempt + 1 < ATTEMPTS:
                 await response.aclose()
                 self._end(call, pool.role, url, tokens)
-                last_error = self._failed(call, pool.role, url, f"status {response.status_code}")
+                errors.append(self._failed(call, pool.role, url, f"status {response.status_code}"))
                 continue
             if response.status_code < 500:
                 self.table.succeeded(url)
@@ -170,7 +172,7 @@ class Forwarder:
         raise Failure(
             error_response(
                 503 if not tried else 502,
-                f"{message} ({last_error})",
+                f"{message} ({'; '.join(errors) or 'no serving endpoint'})",
                 code="no_endpoint" if not tried else "upstream_unavailable",
                 headers={"Retry-After": str(self.settings.retry_after_seconds)},
             ),

@@ -1,0 +1,63 @@
+"""`llmfleet gateway` as a user runs it: a real process, one-line errors for bad input."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.gateway.servers import free_port, status, wait_for
+
+LLMFLEET = Path(sys.executable).parent / "llmfleet"
+
+
+def test_gateway_serves_a_static_config(tmp_path: Path) -> None:
+    config = tmp_path / "fleet.yaml"
+    config.write_text("models:\n  m1:\n    unified: [http://127.0.0.1:1]\n")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(LLMFLEET),
+            "gateway",
+            "--static-config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: status(f"{url}/readyz") == 200 or None, 20, "the gateway")
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["m1"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+    # uvicorn shuts down cleanly, then re-raises the captured SIGTERM to the default handler
+    assert process.returncode in (0, -signal.SIGTERM)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        pytest.param(["--static-config", "/nonexistent.yaml"], "cannot read", id="missing-file"),
+        pytest.param([], "--static-config", id="no-discovery"),
+        pytest.param(
+            ["--static-config", "/dev/null", "--profile", "fastest"], "unknown", id="bad-profile"
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(args: list[str], fragment: str) -> None:
+    result = subprocess.run(
+        [str(LLMFLEET), "gateway", *args], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 1
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,156 @@
+"""Faults and limits: engines that die, refuse, fail or dawdle; clients that leave; full pools."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmfleet.gateway.discovery import Limits, Pool, Service, StaticDiscovery
+from tests.gateway.servers import Sim, ThreadServer, free_port, gateway, wait_for
+from tests.gateway.standin import StandIn
+
+MODEL = "m"
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _one_pool(*urls: str, limits: Limits | None = None) -> StaticDiscovery:
+    pool = Pool("unified", tuple(urls))
+    return StaticDiscovery(
+        {MODEL: Service(MODEL, "ns", "svc", {"unified": pool}, limits or Limits())}
+    )
+
+
+def _counter(server: ThreadServer, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    pattern = rf"^{name}_total\{{[^}}]*\}} (\S+)$"
+    return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
+
+
+def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sim_binary: Path) -> None:
+    sim = Sim(sim_binary, MODEL, "--inter-token-latency", "200ms")
+    try:
+        with gateway(_one_pool(sim.url)) as server:
+            body = {**BODY, "max_tokens": 100, "stream": True}
+            # the timeout is the no-hang guard: a hang fails the test with ReadTimeout
+            with httpx.stream(
+                "POST", f"{server.url}/v1/chat/completions", json=body, timeout=10
+            ) as response:
+                lines = response.iter_lines()
+                assert next(lines).startswith("data: ")
+                sim.kill()
+                rest = [line for line in lines if line]
+    finally:
+        sim.kill()
+    assert rest, "the stream ended without a word"
+    assert rest[-1].startswith('data: {"error"')
+    assert "failed mid-stream" in rest[-1]
+    assert "[DONE]" not in "".join(rest)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("refused", id="connection-refused"),
+        pytest.param("500", id="5xx-before-first-token"),
+    ],
+)
+def test_failing_endpoint_is_retried_elsewhere_then_ejected(bad: str) -> None:
+    good = StandIn("good")
+    failing = StandIn("bad", status=500)
+    with ThreadServer(good.app()) as g, ThreadServer(failing.app()) as f:
+        bad_url = f"http://127.0.0.1:{free_port()}" if bad == "refused" else f.url
+        # round-robin: every other first try lands on the bad endpoint
+        with gateway(
+            _one_pool(bad_url, g.url), profile="round-robin", eject_after_failures=2
+        ) as server:
+            statuses = [
+                httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10).status_code
+                for _ in range(6)
+            ]
+            retries = _counter(server, "llmfleet_gateway_retries")
+            ejections = _counter(server, "llmfleet_gateway_ejections")
+    assert statuses == [200] * 6
+    assert retries == 2  # two failures, then the bad endpoint is out of rotation
+    assert ejections == 1
+    assert len(good.received) == 6
+
+
+def test_all_endpoints_failing_is_a_502_naming_them() -> None:
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+    with gateway(_one_pool(*dead)) as server:
+        response = httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10)
+    assert response.status_code == 502
+    message = response.json()["error"]["message"]
+    assert all(url in message for url in dead)
+
+
+def test_client_disconnect_reaches_the_engine() -> None:
+    engine = StandIn("slow", chunks=200, chunk_interval=0.05)
+    with ThreadServer(engine.app()) as e, gateway(_one_pool(e.url)) as server:
+        body = {**BODY, "stream": True}
+        with httpx.stream(
+            "POST", f"{server.url}/v1/chat/completions", json=body, timeout=10
+        ) as response:
+            # NOTE: keep the iterator; an abandoned one is collected and closes the connection
+            lines = response.iter_lines()
+            events = [next(lines) for _ in range(6)]  # three events, each ends with a blank line
+            assert [line[:6] for line in events] == ["data: ", ""] * 3
+            assert not engine.client_left.is_set()
+        # leaving the block closed the connection mid-stream
+        wait_for(lambda: engine.client_left.is_set() or None, 5, "the engine to see the client go")
+        table = server.server.config.app.state.table  # type: ignore[attr-defined]
+        wait_for(lambda: table.get(e.url).in_flight == 0 or None, 5, "in-flight to drop to 0")
+
+
+def test_full_pool_answers_429_with_retry_after() -> None:
+    engine = StandIn("slow", chunks=40, chunk_interval=0.05)
+    with (
+        ThreadServer(engine.app()) as e,
+        gateway(_one_pool(e.url), max_in_flight_per_pool=1, retry_after_seconds=3) as server,
+    ):
+        url = f"{server.url}/v1/chat/completions"
+        with httpx.stream("POST", url, json={**BODY, "stream": True}, timeout=10) as held:
+            lines = held.iter_lines()  # held open: an abandoned iterator would close it
+            assert next(lines).startswith("data: ")
+            refused = httpx.post(url, json=BODY, timeout=10)
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "3"
+        assert refused.json()["error"]["code"] == "pool_saturated"
+        assert _counter(server, "llmfleet_gateway_rejected") == 1
+
+
+def test_service_timeout_is_a_504() -> None:
+    engine = StandIn("stuck", delay=2.0)
+    with (
+        ThreadServer(engine.app()) as e,
+        gateway(_one_pool(e.url, limits=Limits(timeout_seconds=0.3))) as server,
+    ):
+        response = httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10)
+    assert response.status_code == 504
+    assert response.json()["error"]["type"] == "timeout_error"
+
+
+@pytest.mark.parametrize(
+    ("service_cap", "gateway_cap", "asked", "sent"),
+    [
+        pytest.param(5, None, 100, 5, id="service-cap-lowers"),
+        pytest.param(5, None, None, 5, id="service-cap-fills-in"),
+        pytest.param(500, None, 100, 100, id="under-the-cap-unchanged"),
+        pytest.param(None, 7, 100, 7, id="gateway-cap"),
+        pytest.param(None, None, None, None, id="no-cap"),
+    ],
+)
+def test_max_token_cap(
+    service_cap: int | None, gateway_cap: int | None, asked: int | None, sent: int | None
+) -> None:
+    engine = StandIn("e")
+    body = BODY if asked is None else {**BODY, "max_tokens": asked}
+    with ThreadServer(engine.app()) as e:
+        discovery = _one_pool(e.url, limits=Limits(max_tokens=service_cap))
+        with gateway(discovery, max_tokens=gateway_cap) as server:
+            response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=10)
+    assert response.status_code == 200
+    assert engine.received[0].get("max_tokens") == sent
