@@ -85,3 +85,15 @@ def test_env_and_status_of_a_cluster_that_is_not_running(isolated_env: dict[str,
 def test_build_rejects_unknown_tools(isolated_env: dict[str, str]) -> None:
     result = llmfleet("cluster", "build", "kubelet", env=isolated_env)
     assert_one_line_error(result, "unknown tool(s) kubelet")
+
+
+def test_a_component_that_cannot_load_breaks_only_its_own_command() -> None:
+    from typer.testing import CliRunner
+
+    from llmfleet.core.cli import _unavailable
+    from llmfleet.core.errors import UserError
+
+    result = CliRunner().invoke(_unavailable("gateway", "ImportError: boom"), [])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, UserError)
+    assert "`llmfleet gateway` cannot load: ImportError: boom" in str(result.exception)

@@ -221,8 +221,23 @@ core importing them: each entry point names a typer app, registered under the en
 
 
 def add_component_commands(root: typer.Typer) -> None:
+    """Register every component's sub-command; one that cannot load breaks only itself."""
     for entry in entry_points(group=COMMANDS_GROUP):
-        root.add_typer(entry.load(), name=entry.name)
+        try:
+            command = entry.load()
+        except Exception as error:  # a broken component must not take the others down
+            command = _unavailable(entry.name, f"{type(error).__name__}: {error}")
+        root.add_typer(command, name=entry.name)
+
+
+def _unavailable(name: str, why: str) -> typer.Typer:
+    broken = typer.Typer(help=f"(unavailable: {why})", invoke_without_command=True)
+
+    @broken.callback()
+    def fail() -> None:
+        raise UserError(f"`llmfleet {name}` cannot load: {why}")
+
+    return broken
 
 
 def main() -> None:

@@ -8,7 +8,6 @@ delay / resync period passes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -95,8 +94,13 @@ def build_registry(
                 except Exception:  # a failed pass is logged and retried soon; the loop lives
                     log.exception("reconcile of %s/%s failed; retrying", namespace, name)
                     requeue = 2.0
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(wake.wait(), timeout=requeue or resync_seconds)
+                except TimeoutError:
+                    if requeue is None:
+                        # A periodic resync applies everything again, in case a watch missed
+                        # a change to a child.
+                        reconciler.kube.forget_children(namespace, name)
         finally:
             triggers.forget(namespace, name)
 
@@ -114,9 +118,12 @@ def build_registry(
             if plural != "pods" else {L.SERVICE: kopf.PRESENT},
         )  # fmt: skip
         async def child_changed(
-            *, namespace: str | None, labels: Mapping[str, str], **_: Any
+            *, namespace: str | None, labels: Mapping[str, str], resource: kopf.Resource, **_: Any
         ) -> None:
-            triggers.fire(namespace or "", labels[L.SERVICE])
+            service = labels[L.SERVICE]
+            if resource.plural != "pods":
+                reconciler.kube.forget_children(namespace or "", service)
+            triggers.fire(namespace or "", service)
 
     return registry
 

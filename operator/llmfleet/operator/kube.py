@@ -7,7 +7,9 @@ what we write: drift is reverted), transient API errors are retried a few times.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -102,6 +104,8 @@ class Kube:
         in_flight: Callable[[str, int], int | None] = probe_in_flight,
     ) -> None:
         self.in_flight = in_flight
+        self._lock = threading.Lock()
+        self._applied: dict[tuple[str, str], dict[tuple[Any, ...], str]] = {}
         self.api = api
         self.field_manager = field_manager
         self.core = client.CoreV1Api(api)
@@ -165,6 +169,31 @@ class Kube:
         )
 
     # -- writing ---------------------------------------------------------------------------
+
+    def apply_child(self, service: str, manifest: Mapping[str, Any]) -> None:
+        """Apply a child of `service` unless this exact manifest was applied since the last
+        change to that service's children (`forget_children`): steady-state passes then cost
+        no writes, and a hand edit (which fires a child event) is still put back."""
+        metadata = manifest["metadata"]
+        key = (
+            manifest["apiVersion"],
+            manifest["kind"],
+            metadata.get("namespace"),
+            metadata["name"],
+        )
+        digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+        scope = (metadata.get("namespace") or "", service)
+        with self._lock:
+            if self._applied.get(scope, {}).get(key) == digest:
+                return
+        self.apply(manifest)
+        with self._lock:
+            self._applied.setdefault(scope, {})[key] = digest
+
+    def forget_children(self, namespace: str, service: str) -> None:
+        """A child of the service changed (maybe by hand): apply all of them on the next pass."""
+        with self._lock:
+            self._applied.pop((namespace, service), None)
 
     def apply(self, manifest: Mapping[str, Any]) -> None:
         """Server-side apply one object (forcing conflicts: what we manage, we own)."""

@@ -111,7 +111,7 @@ class Reconciler:
         observed = self.kube.observe(namespace, name, body.get("status") or {})
         plan = desired(service, observed, self.settings, self.clock())
         for manifest in plan.objects:
-            self.kube.apply(manifest)
+            self.kube.apply_child(name, manifest)
         if os.environ.get("LLMFLEET_OPERATOR_FAULT") == "exit-before-status":
             # Test-only fault injection: die after the children exist, before status is written.
             log.error("fault injection: exiting before writing status")
