@@ -11,6 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from llmfleet.core.cli import _unavailable
+from llmfleet.core.errors import UserError
 
 
 def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -88,11 +92,6 @@ def test_build_rejects_unknown_tools(isolated_env: dict[str, str]) -> None:
 
 
 def test_a_component_that_cannot_load_breaks_only_its_own_command() -> None:
-    from typer.testing import CliRunner
-
-    from llmfleet.core.cli import _unavailable
-    from llmfleet.core.errors import UserError
-
     result = CliRunner().invoke(_unavailable("gateway", "ImportError: boom"), [])
     assert result.exit_code != 0
     assert isinstance(result.exception, UserError)
