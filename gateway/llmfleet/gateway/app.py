@@ -196,6 +196,6 @@ class _Gateway:
             return await self.forwarder.relay(call, opened, {})
         except Failure as failure:
             pool: Role = "decode" if service.disaggregated else "unified"
-            self.metrics.requests.labels(*call.labels(pool), failure.outcome).inc()
+            self.metrics.pool(call.labels(pool)).outcome(failure.outcome).inc()
             failure.response.headers["x-request-id"] = request_id
             return failure.response

@@ -5,9 +5,13 @@ Every series carries namespace, service, pool and model, as DESIGN.md §1 asks o
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LABELS = ("namespace", "service", "pool", "model")
+Labels = tuple[str, str, str, str]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -77,5 +81,46 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self._pools: dict[Labels, PoolMetrics] = {}
+
+    def pool(self, labels: Labels) -> PoolMetrics:
+        """The children of every metric for one pool, looked up once (`labels()` is not free)."""
+        children = self._pools.get(labels)
+        if children is None:
+            children = self._pools[labels] = PoolMetrics(
+                self.requests,
+                self.e2e.labels(*labels),
+                self.ttft.labels(*labels),
+                self.itl.labels(*labels),
+                self.overhead.labels(*labels),
+                self.retries.labels(*labels),
+                self.ejections.labels(*labels),
+                self.rejected.labels(*labels),
+                self.in_flight.labels(*labels),
+                labels,
+            )
+        return children
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+@dataclass
+class PoolMetrics:
+    _requests: Counter
+    e2e: Any
+    ttft: Any
+    itl: Any
+    overhead: Any
+    retries: Any
+    ejections: Any
+    rejected: Any
+    in_flight: Any
+    labels: Labels
+    _outcomes: dict[str, Any] = field(default_factory=dict)
+
+    def outcome(self, outcome: str) -> Any:
+        child = self._outcomes.get(outcome)
+        if child is None:
+            child = self._outcomes[outcome] = self._requests.labels(*self.labels, outcome)
+        return child

@@ -86,6 +86,7 @@ class Forwarder:
         self.metrics = metrics
         self._schedulers: dict[tuple[str, Role], Scheduler] = {}
         self._pool_in_flight: dict[tuple[str, Role], int] = {}
+        self._timeouts: dict[float, httpx.Timeout] = {}
         profile = settings.profiles[settings.profile]
         self._profile = profile
         self._options = PluginOptions(bounded_load_factor=settings.bounded_load_factor)
@@ -103,7 +104,7 @@ class Forwarder:
         """Refuse with 429 when the pool has `max_in_flight_per_pool` requests in flight."""
         key = (call.service.model, pool)
         if self._pool_in_flight.get(key, 0) >= self.settings.max_in_flight_per_pool:
-            self.metrics.rejected.labels(*call.labels(pool)).inc()
+            self.metrics.pool(call.labels(pool)).rejected.inc()
             retry = str(self.settings.retry_after_seconds)
             raise Failure(
                 error_response(
@@ -117,7 +118,11 @@ class Forwarder:
 
     def _timeout(self, call: Call) -> httpx.Timeout:
         read = call.service.limits.timeout_seconds or self.settings.request_timeout_seconds
-        return httpx.Timeout(read, connect=self.settings.connect_timeout_seconds)
+        timeout = self._timeouts.get(read)
+        if timeout is None:
+            timeout = httpx.Timeout(read, connect=self.settings.connect_timeout_seconds)
+            self._timeouts[read] = timeout
+        return timeout
 
     async def open(self, call: Call, pool: Pool, body: bytes) -> Opened:
         """Send `body` to an endpoint of `pool` chosen by the profile; retry once elsewhere."""
@@ -138,7 +143,7 @@ class Forwarder:
             url = candidate.url
             tried.add(url)
             if attempt:
-                self.metrics.retries.labels(*labels).inc()
+                self.metrics.pool(labels).retries.inc()
             request = self.client.build_request(
                 "POST", url + call.path, content=body, headers=headers, timeout=self._timeout(call)
             )
@@ -183,13 +188,13 @@ class Forwarder:
         self.table.begin(url, tokens)
         key = (call.service.model, pool)
         self._pool_in_flight[key] = self._pool_in_flight.get(key, 0) + 1
-        self.metrics.in_flight.labels(*call.labels(pool)).inc()
+        self.metrics.pool(call.labels(pool)).in_flight.inc()
 
     def _end(self, call: Call, pool: Role, url: str, tokens: int) -> None:
         self.table.end(url, tokens)
         key = (call.service.model, pool)
         self._pool_in_flight[key] = self._pool_in_flight.get(key, 1) - 1
-        self.metrics.in_flight.labels(*call.labels(pool)).dec()
+        self.metrics.pool(call.labels(pool)).in_flight.dec()
 
     def finish(self, call: Call, opened: Opened) -> None:
         self._end(call, opened.pool, opened.url, opened.tokens)
@@ -197,7 +202,7 @@ class Forwarder:
     def _failed(self, call: Call, pool: Role, url: str, reason: str) -> str:
         log.warning("request_id=%s endpoint=%s failed: %s", call.request_id, url, reason)
         if self.table.failed(url):
-            self.metrics.ejections.labels(*call.labels(pool)).inc()
+            self.metrics.pool(call.labels(pool)).ejections.inc()
             log.warning("endpoint=%s ejected for %ss", url, self.settings.eject_seconds)
         return f"{url}: {reason}"
 
@@ -245,7 +250,7 @@ class Forwarder:
                 data = await upstream.aread()
             except httpx.HTTPError as error:
                 self._failed(call, opened.pool, opened.url, f"reading the response: {error}")
-                self.metrics.requests.labels(*labels, "upstream_error").inc()
+                self.metrics.pool(labels).outcome("upstream_error").inc()
                 return error_response(502, f"the engine at {opened.url} broke off its answer")
             finally:
                 await upstream.aclose()
@@ -263,13 +268,14 @@ class Forwarder:
     ) -> AsyncIterator[bytes]:
         outcome = "cancelled"  # unless the loop below ends otherwise: the client left
         last: float | None = None
+        metrics = self.metrics.pool(labels)
         try:
             async for chunk in opened.response.aiter_raw():
                 now = time.perf_counter()
                 if last is None:
-                    self.metrics.ttft.labels(*labels).observe(now - call.arrived)
+                    metrics.ttft.observe(now - call.arrived)
                 else:
-                    self.metrics.itl.labels(*labels).observe(now - last)
+                    metrics.itl.observe(now - last)
                 last = now
                 yield chunk
             outcome = "ok"
@@ -286,9 +292,10 @@ class Forwarder:
     def _done(
         self, call: Call, labels: tuple[str, str, str, str], outcome: str, extra: float
     ) -> None:
-        self.metrics.requests.labels(*labels, outcome).inc()
-        self.metrics.e2e.labels(*labels).observe(time.perf_counter() - call.arrived)
-        self.metrics.overhead.labels(*labels).observe(call.overhead + extra)
+        pool = self.metrics.pool(labels)
+        pool.outcome(outcome).inc()
+        pool.e2e.observe(time.perf_counter() - call.arrived)
+        pool.overhead.observe(call.overhead + extra)
 
 
 def _outcome(status: int) -> str:
