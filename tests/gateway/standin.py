@@ -41,7 +41,9 @@ class StandIn:
     async def _chat(self, request: Request) -> Response:
         body = json.loads(await request.body())
         self.received.append(body)
-        await asyncio.sleep(self.delay)
+        if await self._client_leaves_within(request, self.delay):
+            self.client_left.set()
+            return Response(status_code=499)
         if self.status != 200:
             error = {"message": f"{self.name} fails", "type": "x", "param": None, "code": None}
             return JSONResponse({"error": error}, status_code=self.status)
@@ -63,6 +65,16 @@ class StandIn:
         if body.get("stream"):
             return StreamingResponse(self._stream(), media_type="text/event-stream")
         return JSONResponse(_completion(self.name, f"from {self.name}", "stop"))
+
+    @staticmethod
+    async def _client_leaves_within(request: Request, seconds: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while (left := deadline - loop.time()) > 0:
+            if await request.is_disconnected():
+                return True
+            await asyncio.sleep(min(0.02, left))
+        return False
 
     async def _stream(self) -> AsyncIterator[bytes]:
         try:

@@ -105,6 +105,18 @@ def test_client_disconnect_reaches_the_engine() -> None:
         wait_for(lambda: table.get(e.url).in_flight == 0 or None, 5, "in-flight to drop to 0")
 
 
+def test_client_leaving_before_a_non_streaming_answer_cancels_it_upstream() -> None:
+    engine = StandIn("slow", delay=5.0)
+    with ThreadServer(engine.app()) as e, gateway(_one_pool(e.url)) as server:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=0.5)
+        # well before the engine's 5 s answer: the gateway closed the upstream connection
+        wait_for(lambda: engine.client_left.is_set() or None, 3, "the engine to see the client go")
+        table = server.server.config.app.state.table  # type: ignore[attr-defined]
+        wait_for(lambda: table.get(e.url).in_flight == 0 or None, 5, "in-flight to drop to 0")
+        assert 'outcome="cancelled"' in httpx.get(f"{server.url}/metrics").text
+
+
 def test_full_pool_answers_429_with_retry_after() -> None:
     engine = StandIn("slow", chunks=40, chunk_interval=0.05)
     with (

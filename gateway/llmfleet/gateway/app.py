@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import httpx
@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from llmfleet.gateway import openai_request
-from llmfleet.gateway.discovery import Discovery, Role, StaticDiscovery
+from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
 from llmfleet.gateway.metrics import GatewayMetrics
@@ -187,15 +187,52 @@ class _Gateway:
         call = Call(request_id, service, parsed, routing, path, arrived)
         call.overhead = time.perf_counter() - arrived
         try:
-            if service.disaggregated:
-                response: Response = await serve_disaggregated(
-                    self.forwarder, call, parsed.body, raw
-                )
-                return response
-            opened = await self.forwarder.open(call, service.pools["unified"], raw)
-            return await self.forwarder.relay(call, opened, {})
+            response = await _unless_client_leaves(request, self._serve(call, raw))
         except Failure as failure:
-            pool: Role = "decode" if service.disaggregated else "unified"
-            self.metrics.pool(call.labels(pool)).outcome(failure.outcome).inc()
+            self.metrics.pool(call.labels(_pool(service))).outcome(failure.outcome).inc()
             failure.response.headers["x-request-id"] = request_id
             return failure.response
+        if response is None:
+            log.info("request_id=%s client left before the answer; cancelled", request_id)
+            self.metrics.pool(call.labels(_pool(service))).outcome("cancelled").inc()
+            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+        return response
+
+    async def _serve(self, call: Call, raw: bytes) -> Response:
+        if call.service.disaggregated:
+            response: Response = await serve_disaggregated(
+                self.forwarder, call, call.parsed.body, raw
+            )
+            return response
+        opened = await self.forwarder.open(call, call.service.pools["unified"], raw)
+        return await self.forwarder.relay(call, opened, {})
+
+
+def _pool(service: Service) -> Role:
+    return "decode" if service.disaggregated else "unified"
+
+
+async def _unless_client_leaves(
+    request: Request, work: Coroutine[Any, Any, Response]
+) -> Response | None:
+    """`work`'s response, or None when the client disconnects first (then `work` is cancelled,
+    which closes the upstream connection: the engine sees its client go and can abort).
+
+    The body has been read, so the next ASGI message can only be `http.disconnect`. Once a
+    streaming response is returned, starlette's StreamingResponse watches for it instead.
+    """
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(request.receive())
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        watch.cancel()
+        raise
+    watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None

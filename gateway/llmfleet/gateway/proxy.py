@@ -165,6 +165,9 @@ class Forwarder:
                     self._failed(call, pool.role, url, f"{type(error).__name__}: {error}")
                 )
                 continue
+            except BaseException:  # cancelled (the client left): keep the counts right
+                self._end(call, pool.role, url, tokens)
+                raise
             if response.status_code >= 500 and attempt + 1 < ATTEMPTS:
                 await response.aclose()
                 self._end(call, pool.role, url, tokens)
