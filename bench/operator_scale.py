@@ -152,6 +152,7 @@ def run(kubeconfig: Path, count: int, workdir: Path) -> None:
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "LLMFLEET_OPERATOR_METRICS_PORT": str(port),
+        "LLMFLEET_OPERATOR_PROBE_IN_FLIGHT": "false",
         "LLMFLEET_OPERATOR_METRICS_HOST": "127.0.0.1",
     }
     log = (workdir / "operator.log").open("w")

@@ -21,6 +21,8 @@ class OperatorProcess:
             "LLMFLEET_OPERATOR_DRAIN_SECONDS": "3",
             "LLMFLEET_OPERATOR_RESYNC_SECONDS": "5",
             "LLMFLEET_OPERATOR_METRICS_PORT": "0",
+            # kwok's pod IPs are fake and off loopback: never send them traffic.
+            "LLMFLEET_OPERATOR_PROBE_IN_FLIGHT": "false",
             **(env or {}),
         }
         self._out = log.open("ab")

@@ -46,6 +46,8 @@ def operator(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[O
     )
     yield process
     process.stop()
+    for node in ADDED_NODES:  # leave the session's cluster as the module found it
+        kube.kubectl("delete", "node", node, "--wait=false")
 
 
 def make_ns(kube: Kube, key: str) -> Iterator[str]:
@@ -73,7 +75,11 @@ ns_drift = _namespace("drift")
 ns_delete = _namespace("delete")
 
 
+ADDED_NODES: list[str] = []
+
+
 def add_node(kube: Kube, name: str, gpu_type: str, gpus: int = 8) -> None:
+    ADDED_NODES.append(name)
     node = gpu_node(name, GPU_TYPES[gpu_type], gpus)
     document = json.dumps(node)
     kube.kubectl("apply", "--server-side", "--field-manager=llmfleet-tests", "-f", "-",

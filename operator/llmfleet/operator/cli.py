@@ -85,7 +85,10 @@ def run(
     metrics = OperatorMetrics()
     if settings.metrics_port:
         start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
-    reconciler = Reconciler(Kube(api, settings.field_manager), settings, metrics)
+    kube = Kube(api, settings.field_manager)
+    if not settings.probe_in_flight:
+        kube.in_flight = lambda _ip, _port: None
+    reconciler = Reconciler(kube, settings, metrics)
     registry = build_registry(reconciler, settings.resync_seconds)
     peering_args: dict[str, Any] = {"standalone": True}
     if not standalone:

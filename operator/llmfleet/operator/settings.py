@@ -26,5 +26,9 @@ class OperatorSettings(BaseSettings):
     """Port of the operator's /metrics endpoint (0: no endpoint)."""
     metrics_host: str = "0.0.0.0"
     """Address the metrics endpoint binds to."""
+    probe_in_flight: bool = True
+    """Ask draining engines (pod IP, engine port, /metrics) how many requests they still hold;
+    off, a demoted pod always drains for the whole period. Off against the local kwok cluster,
+    whose pod IPs are fake."""
     gateway_url: str = ""
     """The gateway's URL shown as a service's endpoint; the pool Service address when empty."""

@@ -33,8 +33,6 @@ CLUSTER_TOOLS = ("kubernetes", "etcd", "kwok")
 """Tools `up` needs; helm and the engine simulator are built on demand by their users."""
 
 Step = Callable[[str], None]
-POD_CIDR = "127.64.0.0/16"
-"""Where kwok takes fake pod IPs from (loopback: the machine may only send traffic there)."""
 
 
 def state_root() -> Path:
@@ -104,13 +102,6 @@ def kwokctl_config(spec: ClusterSpec, binaries: dict[str, Path]) -> dict[str, An
             "kubeAuthorization": True,
         },
         "componentsPatches": [
-            {
-                # Fake pod IPs on loopback: whatever talks to a pod (the operator probing a
-                # draining engine, later the gateway) stays on 127.0.0.0/8, and an engine
-                # simulator can listen on exactly that address.
-                "name": "kwok-controller",
-                "extraArgs": [{"key": "cidr", "value": POD_CIDR}],
-            },
             {
                 "name": "kube-apiserver",
                 "extraArgs": [
