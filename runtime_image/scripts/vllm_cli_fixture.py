@@ -13,7 +13,7 @@ Run it with the Python of a virtualenv that has the pinned vLLM installed (never
     VLLM_TARGET_DEVICE=cpu /tmp/vllm-0.33.0/bin/python runtime_image/scripts/vllm_cli_fixture.py \
         > tests/runtime/fixtures/vllm-serve-cli.json
     # Parse launcher argument lists (a JSON array of arrays, e.g. from
-    # `LLMFLEET_DUMP_ARGV=/tmp/argvs.json pytest tests/runtime/test_args_vllm_cli.py`) with the
+    # `python -m tests.runtime.dump_argvs /tmp/argvs.json`) with the
     # real parser; prints one line per list and exits 1 if any is rejected:
     VLLM_TARGET_DEVICE=cpu /tmp/vllm-0.33.0/bin/python runtime_image/scripts/vllm_cli_fixture.py \
         --check /tmp/argvs.json

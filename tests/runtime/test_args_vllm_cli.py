@@ -1,8 +1,8 @@
 """Every flag the launcher emits is one the pinned vLLM's `vllm serve` accepts.
 
 The fixture is the real parser of vLLM 0.33.0 walked option by option
-(runtime_image/scripts/vllm_cli_fixture.py). Set LLMFLEET_DUMP_ARGV=FILE to write every argument
-list of the table to FILE, then parse them with the real parser:
+(runtime_image/scripts/vllm_cli_fixture.py). `python -m tests.runtime.dump_argvs FILE` writes every
+argument list of the table to FILE; then parse them with the real parser:
 `VLLM_TARGET_DEVICE=cpu /tmp/vllm-0.33.0/bin/python runtime_image/scripts/vllm_cli_fixture.py
 --check FILE`.
 """
@@ -10,7 +10,6 @@ list of the table to FILE, then parse them with the real parser:
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
 from functools import cache
@@ -120,10 +119,3 @@ def test_the_check_catches_a_flag_vllm_does_not_have() -> None:
         _check_option("--enforce-eager", ["1"])
     with pytest.raises(AssertionError, match="not one of"):
         _check_option("--kv-cache-dtype", ["fp7"])
-
-
-def test_dump_argvs_for_the_real_parser() -> None:
-    target = os.environ.get("LLMFLEET_DUMP_ARGV")
-    if not target:
-        pytest.skip("set LLMFLEET_DUMP_ARGV=FILE to dump the table's argument lists")
-    Path(target).write_text(json.dumps([_argv(case) for case in CASES], indent=1))
