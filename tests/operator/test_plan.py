@@ -68,6 +68,8 @@ def test_deployment_pod_template() -> None:
     assert container["command"][:2] == ["llmfleet-runtime", "serve"]
     assert container["command"][-1].endswith("/prefill.json")
     assert {"readinessProbe", "livenessProbe", "startupProbe"} <= set(container)
+    pod_ip = next(env for env in container["env"] if env["name"] == "POD_IP")
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert pod["spec"]["terminationGracePeriodSeconds"] >= SETTINGS.drain_seconds
     assert pod["metadata"]["labels"][L.SERVING] == "false"

@@ -58,7 +58,6 @@ class Quantization(StrEnum):
     AWQ = "awq"
     GPTQ = "gptq"
     COMPRESSED_TENSORS = "compressed-tensors"
-    BITSANDBYTES = "bitsandbytes"
 
 
 class ChunkedPrefill(ApiModel):

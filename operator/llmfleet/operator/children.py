@@ -96,7 +96,11 @@ def deployment(
         "command": ["llmfleet-runtime", "serve", "--config", f"{CONFIG_DIR}/{pool}.json"],
         "ports": [{"name": "http", "containerPort": L.ENGINE_PORT, "protocol": "TCP"}],
         "env": [env.to_wire() for env in spec.runtime.env]
-        + [{"name": "LLMFLEET_DRAIN_SECONDS", "value": str(settings.drain_seconds)}],
+        + [
+            {"name": "LLMFLEET_DRAIN_SECONDS", "value": str(settings.drain_seconds)},
+            # The KV-transfer side channel (NIXL) advertises the pod's own address.
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
         "resources": {
             "requests": {GPU_RESOURCE: str(gpus), "cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi"},
             "limits": {GPU_RESOURCE: str(gpus)},
