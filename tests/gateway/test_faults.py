@@ -29,10 +29,17 @@ def _counter(server: ThreadServer, name: str) -> float:
     return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
 
 
-def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sim_binary: Path) -> None:
+UPSTREAMS = pytest.mark.parametrize("upstream", ["aiohttp", "httpx"])
+"""The fault tests run over both upstream clients: their errors must mean the same."""
+
+
+@UPSTREAMS
+def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
+    sim_binary: Path, upstream: str
+) -> None:
     sim = Sim(sim_binary, MODEL, "--inter-token-latency", "200ms")
     try:
-        with gateway(_one_pool(sim.url)) as server:
+        with gateway(_one_pool(sim.url), upstream_client=upstream) as server:
             body = {**BODY, "max_tokens": 100, "stream": True}
             # the timeout is the no-hang guard: a hang fails the test with ReadTimeout
             with httpx.stream(
@@ -57,14 +64,18 @@ def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(sim_binary
         pytest.param("500", id="5xx-before-first-token"),
     ],
 )
-def test_failing_endpoint_is_retried_elsewhere_then_ejected(bad: str) -> None:
+@UPSTREAMS
+def test_failing_endpoint_is_retried_elsewhere_then_ejected(bad: str, upstream: str) -> None:
     good = StandIn("good")
     failing = StandIn("bad", status=500)
     with ThreadServer(good.app()) as g, ThreadServer(failing.app()) as f:
         bad_url = f"http://127.0.0.1:{free_port()}" if bad == "refused" else f.url
         # round-robin: every other first try lands on the bad endpoint
         with gateway(
-            _one_pool(bad_url, g.url), profile="round-robin", eject_after_failures=2
+            _one_pool(bad_url, g.url),
+            profile="round-robin",
+            eject_after_failures=2,
+            upstream_client=upstream,
         ) as server:
             statuses = [
                 httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10).status_code
@@ -87,9 +98,13 @@ def test_all_endpoints_failing_is_a_502_naming_them() -> None:
     assert all(url in message for url in dead)
 
 
-def test_client_disconnect_reaches_the_engine() -> None:
+@UPSTREAMS
+def test_client_disconnect_reaches_the_engine(upstream: str) -> None:
     engine = StandIn("slow", chunks=200, chunk_interval=0.05)
-    with ThreadServer(engine.app()) as e, gateway(_one_pool(e.url)) as server:
+    with (
+        ThreadServer(engine.app()) as e,
+        gateway(_one_pool(e.url), upstream_client=upstream) as server,
+    ):
         body = {**BODY, "stream": True}
         with httpx.stream(
             "POST", f"{server.url}/v1/chat/completions", json=body, timeout=10
@@ -105,9 +120,13 @@ def test_client_disconnect_reaches_the_engine() -> None:
         wait_for(lambda: table.get(e.url).in_flight == 0 or None, 5, "in-flight to drop to 0")
 
 
-def test_client_leaving_before_a_non_streaming_answer_cancels_it_upstream() -> None:
+@UPSTREAMS
+def test_client_leaving_before_a_non_streaming_answer_cancels_it_upstream(upstream: str) -> None:
     engine = StandIn("slow", delay=5.0)
-    with ThreadServer(engine.app()) as e, gateway(_one_pool(e.url)) as server:
+    with (
+        ThreadServer(engine.app()) as e,
+        gateway(_one_pool(e.url), upstream_client=upstream) as server,
+    ):
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=0.5)
         # well before the engine's 5 s answer: the gateway closed the upstream connection
@@ -134,11 +153,14 @@ def test_full_pool_answers_429_with_retry_after() -> None:
         assert _counter(server, "llmfleet_gateway_rejected") == 1
 
 
-def test_service_timeout_is_a_504() -> None:
+@UPSTREAMS
+def test_service_timeout_is_a_504(upstream: str) -> None:
     engine = StandIn("stuck", delay=2.0)
     with (
         ThreadServer(engine.app()) as e,
-        gateway(_one_pool(e.url, limits=Limits(timeout_seconds=0.3))) as server,
+        gateway(
+            _one_pool(e.url, limits=Limits(timeout_seconds=0.3)), upstream_client=upstream
+        ) as server,
     ):
         response = httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10)
     assert response.status_code == 504

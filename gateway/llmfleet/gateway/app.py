@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from llmfleet.gateway import openai_request
+from llmfleet.gateway.aiohttp_transport import AiohttpTransport
 from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
@@ -70,9 +71,14 @@ def create_app(
         max_keepalive_connections=settings.max_connections_per_endpoint * 16,
         keepalive_expiry=30,
     )
-    # Created here but opened lazily by httpx; closed by the lifespan.
+    scrape_transport = transport  # scrapes are rare: httpx's own transport unless one is given
+    if transport is None and settings.upstream_client == "aiohttp":
+        transport = AiohttpTransport()  # opens its session lazily, inside the running loop
+    # Created here but opened lazily; closed by the lifespan.
     client = httpx.AsyncClient(transport=transport, limits=limits, timeout=None)
-    scrape_client = httpx.AsyncClient(transport=transport, timeout=settings.scrape_timeout_seconds)
+    scrape_client = httpx.AsyncClient(
+        transport=scrape_transport, timeout=settings.scrape_timeout_seconds
+    )
     forwarder = Forwarder(settings, client, table, metrics)
 
     @contextlib.asynccontextmanager
