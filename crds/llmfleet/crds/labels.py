@@ -18,3 +18,8 @@ CONFIG_HASH = "llmfleet.dev/config-hash"
 
 ENGINE_PORT = 8000
 """Port of the engine's OpenAI-compatible API (and /metrics) in every engine pod."""
+
+
+def pool_service_name(service: str, pool: str) -> str:
+    """Name of the Service (and Deployment, PDB) of one pool of an InferenceService."""
+    return f"{service}-{pool}"

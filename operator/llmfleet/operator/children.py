@@ -23,7 +23,7 @@ Manifest = dict[str, Any]
 
 def child_name(service: InferenceService, pool: str | None = None) -> str:
     name = str(service.metadata["name"])
-    return f"{name}-{pool}" if pool else name
+    return L.pool_service_name(name, pool) if pool else name
 
 
 def _meta(service: InferenceService, name: str, pool: str | None = None) -> dict[str, Any]:

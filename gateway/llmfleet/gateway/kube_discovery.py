@@ -1,0 +1,152 @@
+"""Discovery from the Kubernetes API: InferenceServices and their pools' EndpointSlices.
+
+The operator's pool Services select only serving pods, so Kubernetes' own EndpointSlices list
+exactly the endpoints that may receive new requests: a promoted spare appears, a demoted pod
+disappears, without the gateway knowing about spares at all.
+
+`snapshot()` is pure (objects in, services out); `KubeDiscovery` lists both kinds every
+`interval` seconds in a worker thread and swaps the snapshot in one assignment, so `services()`
+stays a cheap read on every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
+
+from pydantic import ValidationError
+
+from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
+from llmfleet.crds import labels as L
+from llmfleet.gateway.discovery import Limits, Pool, Role, Service
+
+log = logging.getLogger("llmfleet.gateway.discovery")
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+Lister = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+"""Returns (InferenceService objects, EndpointSlice objects) as plain dicts."""
+
+
+def _ready_urls(slices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    urls: set[str] = set()
+    for endpoint_slice in slices:
+        ports = [p for p in endpoint_slice.get("ports") or [] if p.get("name") == "http"]
+        if not ports:
+            continue
+        port = ports[0]["port"]
+        for endpoint in endpoint_slice.get("endpoints") or []:
+            conditions = endpoint.get("conditions") or {}
+            # `ready` is unset only for old producers; terminating pods are never ready.
+            if conditions.get("ready", True) and not conditions.get("terminating", False):
+                urls.update(f"http://{address}:{port}" for address in endpoint["addresses"][:1])
+    return tuple(sorted(urls))
+
+
+def snapshot(
+    services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]]
+) -> dict[str, Service]:
+    """Served model name -> Service, from InferenceService and EndpointSlice objects."""
+    by_service: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for endpoint_slice in slices:
+        metadata = endpoint_slice["metadata"]
+        owner = (metadata.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        if owner:
+            by_service.setdefault((metadata["namespace"], owner), []).append(endpoint_slice)
+
+    found: dict[str, Service] = {}
+    for obj in services:
+        metadata = obj["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        if metadata.get("deletionTimestamp"):
+            continue
+        try:
+            spec = InferenceService.model_validate({"metadata": {}, "spec": obj["spec"]}).spec
+        except ValidationError as error:
+            log.warning("skipping %s/%s: invalid spec: %s", namespace, name, error)
+            continue
+        pools: dict[Role, Pool] = {}
+        for pool_name in spec.pools():
+            role = cast(Role, pool_name)
+            pool_service = L.pool_service_name(name, role)
+            pools[role] = Pool(role, _ready_urls(by_service.get((namespace, pool_service), [])))
+        model = spec.served_name
+        if model in found:
+            log.warning("model %r is served by %s/%s and another service; keeping the first",
+                        model, namespace, name)  # fmt: skip
+            continue
+        limits = spec.traffic.limits
+        found[model] = Service(
+            model=model, namespace=namespace, name=name, pools=pools,
+            limits=Limits(limits.max_tokens, limits.timeout_seconds),
+        )  # fmt: skip
+    return found
+
+
+def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = None) -> Lister:
+    """List InferenceServices and llmfleet EndpointSlices with the official client."""
+    from kubernetes import client, config  # noqa: PLC0415 - only this source needs the client
+
+    if kubeconfig:
+        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        api = client.ApiClient()
+    custom, discovery = client.CustomObjectsApi(api), client.DiscoveryV1Api(api)
+    selector = f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"
+
+    def list_all() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if namespace:
+            services = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector=selector)
+        else:
+            services = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            slices = discovery.list_endpoint_slice_for_all_namespaces(label_selector=selector)
+        items = cast(dict[str, Any], services)["items"]
+        return list(items), [api.sanitize_for_serialization(s) for s in slices.items]
+
+    return list_all
+
+
+class KubeDiscovery:
+    """The `Discovery` protocol over the Kubernetes API, refreshed every `interval` seconds."""
+
+    def __init__(self, lister: Lister, interval: float = 1.0) -> None:
+        self._lister = lister
+        self._interval = interval
+        self._services: Mapping[str, Service] = {}
+        self._ready = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> None:
+        services, slices = await asyncio.to_thread(self._lister)
+        self._services = snapshot(services, slices)
+        self._ready = True
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception as error:  # keep serving the last snapshot; say why once per pass
+                log.warning("discovery refresh failed, keeping the last snapshot: %s", error)
+            await asyncio.sleep(self._interval)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def services(self) -> Mapping[str, Service]:
+        return self._services
+
+    def ready(self) -> bool:
+        return self._ready

@@ -1,0 +1,84 @@
+"""The gateway's Kubernetes discovery follows the operator on the real local cluster.
+
+No request is sent to the endpoints: kwok's pod IPs are fake. What is checked is the endpoint
+set the gateway would route to, as pools scale and pods are promoted and demoted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmfleet.crds import render
+from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
+from tests.cluster.kube import Kube
+from tests.cluster.operator_process import OperatorProcess
+from tests.crds.cases import SAMPLES_DIR
+
+pytestmark = pytest.mark.cluster
+MODEL = "Qwen/Qwen2.5-7B-Instruct"  # spares.yaml's served name
+
+
+@pytest.fixture
+def ns(kube: Kube, tmp_path: Path) -> Iterator[str]:
+    name = f"discovery-{os.getpid() % 10000}"
+    for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
+        kube.kubectl(
+            "apply", "--server-side", "--field-manager=llmfleet-tests", "-f", str(manifest)
+        )
+    kube.kubectl("create", "namespace", name)
+    operator = OperatorProcess(kube, tmp_path / "operator.log", "--standalone", "-n", name)
+    try:
+        yield name
+    finally:
+        kube.kubectl("delete", "namespace", name, "--timeout=120s")
+        operator.stop()
+
+
+def scale(kube: Kube, ns: str, replicas: int) -> None:
+    patch = f'{{"spec":{{"topology":{{"unified":{{"replicas":{replicas}}}}}}}}}'
+    kube.kubectl("patch", "inferenceservices.llmfleet.dev/qwen-7b-spares", "-n", ns,
+                 "--type=merge", "-p", patch)  # fmt: skip
+
+
+def test_endpoint_set_follows_scaling_and_demotion(kube: Kube, ns: str) -> None:
+    kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "spares.yaml"))
+
+    async def scenario() -> None:
+        discovery = KubeDiscovery(kubernetes_lister(str(kube.kubeconfig), ns), interval=0.5)
+        await discovery.start()
+
+        async def endpoints_become(count: int, timeout: float) -> tuple[str, ...]:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                service = discovery.services().get(MODEL)
+                if service is not None and len(service.pools["unified"].endpoints) == count:
+                    return service.pools["unified"].endpoints
+                await asyncio.sleep(0.1)
+            now = discovery.services().get(MODEL)
+            raise AssertionError(f"endpoints never became {count}: {now}")
+
+        try:
+            first = await endpoints_become(1, 90)  # one serving pod; the spare is left out
+            assert discovery.ready()
+
+            started = time.monotonic()
+            scale(kube, ns, 2)
+            both = await endpoints_become(2, 10)
+            print(f"gateway saw the promoted spare after {time.monotonic() - started:.2f}s")
+            assert set(first) < set(both)
+
+            started = time.monotonic()
+            scale(kube, ns, 1)
+            remaining = await endpoints_become(1, 10)
+            print(f"gateway dropped the demoted pod after {time.monotonic() - started:.2f}s")
+            assert set(remaining) < set(both)
+        finally:
+            await discovery.stop()
+
+    asyncio.run(scenario())

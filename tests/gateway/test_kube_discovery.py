@@ -1,0 +1,92 @@
+"""Kubernetes discovery, pure part: InferenceServices + EndpointSlices -> served models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmfleet.gateway.kube_discovery import snapshot
+
+
+def service(name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", **metadata}, "spec": spec}
+
+
+def endpoint_slice(pool_service: str, *endpoints: tuple[str, bool, bool]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "labels": {"kubernetes.io/service-name": pool_service}},
+        "ports": [{"name": "http", "port": 8000}],
+        "endpoints": [
+            {"addresses": [ip], "conditions": {"ready": ready, "terminating": terminating}}
+            for ip, ready, terminating in endpoints
+        ],
+    }
+
+
+UNIFIED = {"model": {"name": "org/llama", "servedName": "llama"},
+           "topology": {"unified": {"replicas": 2}},
+           "traffic": {"limits": {"maxTokens": 512, "timeoutSeconds": 30}}}  # fmt: skip
+PD = {"model": {"name": "org/big"}, "topology": {
+    "mode": "Disaggregated", "prefill": {"replicas": 1}, "decode": {"replicas": 1},
+    "kvTransfer": {"connector": "NixlConnector"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("services", "slices", "expected"),
+    [
+        pytest.param(
+            [service("llama", UNIFIED)],
+            [endpoint_slice("llama-unified", ("10.0.0.1", True, False), ("10.0.0.2", True, False))],
+            {"llama": {"unified": ("http://10.0.0.1:8000", "http://10.0.0.2:8000")}},
+            id="unified-two-serving",
+        ),
+        pytest.param(
+            [service("llama", UNIFIED)],
+            [endpoint_slice("llama-unified", ("10.0.0.1", True, False), ("10.0.0.2", False, False),
+                            ("10.0.0.3", False, True))],
+            {"llama": {"unified": ("http://10.0.0.1:8000",)}},
+            id="not-ready-and-terminating-left-out",
+        ),
+        pytest.param(
+            [service("big", PD)],
+            [endpoint_slice("big-prefill", ("10.0.1.1", True, False)),
+             endpoint_slice("big-decode", ("10.0.1.2", True, False))],
+            {"org/big": {"prefill": ("http://10.0.1.1:8000",),
+                         "decode": ("http://10.0.1.2:8000",)}},
+            id="disaggregated-pools",
+        ),
+        pytest.param(
+            [service("llama", UNIFIED)], [], {"llama": {"unified": ()}}, id="no-endpoints-yet",
+        ),
+        pytest.param(
+            [service("llama", UNIFIED, deletionTimestamp="2026-11-23T00:00:00Z")],
+            [endpoint_slice("llama-unified", ("10.0.0.1", True, False))], {},
+            id="deleted-service-left-out",
+        ),
+        pytest.param(
+            [service("a", UNIFIED), service("b", UNIFIED)],
+            [endpoint_slice("a-unified", ("10.0.0.1", True, False)),
+             endpoint_slice("b-unified", ("10.0.0.9", True, False))],
+            {"llama": {"unified": ("http://10.0.0.1:8000",)}},
+            id="duplicate-model-keeps-the-first",
+        ),
+        pytest.param(
+            [service("bad", {"model": {"name": "x"}, "topology": {"mode": "Hybrid"}})], [], {},
+            id="invalid-spec-skipped",
+        ),
+    ],
+)  # fmt: skip
+def test_snapshot(
+    services: list[dict[str, Any]], slices: list[dict[str, Any]], expected: dict[str, Any]
+) -> None:
+    found = snapshot(services, slices)
+    assert {model: {role: pool.endpoints for role, pool in svc.pools.items()}
+            for model, svc in found.items()} == expected  # fmt: skip
+
+
+def test_limits_and_identity_come_from_the_service() -> None:
+    found = snapshot([service("llama", UNIFIED)], [])["llama"]
+    assert (found.namespace, found.name) == ("ns", "llama")
+    assert (found.limits.max_tokens, found.limits.timeout_seconds) == (512, 30)
+    assert not found.disaggregated
