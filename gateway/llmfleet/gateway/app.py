@@ -34,6 +34,7 @@ from llmfleet.gateway.proxy import Call, Failure, Forwarder
 from llmfleet.gateway.routing.base import RoutingRequest
 from llmfleet.gateway.scraper import scrape_forever
 from llmfleet.gateway.settings import GatewaySettings
+from llmfleet.gateway.tenants import Tenants
 
 log = logging.getLogger("llmfleet.gateway")
 
@@ -51,14 +52,18 @@ def create_app(
     *,
     discovery: Discovery | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    tenants: Tenants | None = None,
     clock: Clock = time.monotonic,
 ) -> FastAPI:
-    """The gateway app. `discovery` defaults to the static file in the settings; `transport`
-    replaces the network for the engines (tests pass an `httpx.MockTransport`)."""
+    """The gateway app. `discovery` defaults to the static file in the settings, `tenants` to
+    its API keys file (none: no authentication); `transport` replaces the network for the
+    engines (tests pass an `httpx.MockTransport`)."""
     if settings.profile not in settings.profiles:
         known = ", ".join(sorted(settings.profiles))
         raise ValueError(f"unknown routing profile {settings.profile!r} (known: {known})")
     source = discovery if discovery is not None else _discovery_from(settings)
+    if tenants is None and settings.api_keys_file is not None:
+        tenants = Tenants.from_file(settings.api_keys_file, clock)
     metrics = GatewayMetrics()
     table = EndpointTable(
         eject_after_failures=settings.eject_after_failures,
@@ -106,7 +111,7 @@ def create_app(
     async def http_error(_: Request, error: StarletteHTTPException) -> Response:
         return error_response(error.status_code, str(error.detail))
 
-    gateway = _Gateway(settings, source, forwarder, metrics)
+    gateway = _Gateway(settings, source, forwarder, metrics, tenants)
     handle = gateway.handle
 
     @app.post(
@@ -159,38 +164,23 @@ class _Gateway:
         source: Discovery,
         forwarder: Forwarder,
         metrics: GatewayMetrics,
+        tenants: Tenants | None,
     ) -> None:
         self.settings = settings
         self.source = source
         self.forwarder = forwarder
         self.metrics = metrics
+        self.tenants = tenants
 
     async def handle(self, request: Request, path: str, chat: bool) -> Response:
         arrived = time.perf_counter()
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        raw = await request.body()
         try:
-            parsed = openai_request.parse(raw, chat=chat)
-        except InvalidRequestError as error:
-            return error_response(400, str(error), param=error.param)
-        service = self.source.services().get(parsed.model)
-        if service is None:
-            return error_response(
-                404, f"the model `{parsed.model}` does not exist", code="model_not_found"
-            )
-        cap = service.limits.max_tokens or self.settings.max_tokens
-        body = capped(parsed, cap)
-        if body is not None:
-            raw = json.dumps(body).encode()
-            parsed = openai_request.ParsedRequest(
-                body, parsed.model, parsed.stream, cap, parsed.prompt_text
-            )
-        routing = RoutingRequest(
-            parsed.model,
-            parsed.prefix_key(self.settings.prefix_block_chars, self.settings.prefix_blocks),
-            parsed.tokens(),
-        )
-        call = Call(request_id, service, parsed, routing, path, arrived)
+            call, raw = await self._prepare(request, request_id, path, chat, arrived)
+        except _Refused as refused:
+            refused.response.headers["x-request-id"] = request_id
+            return refused.response
+        service = call.service
         call.overhead = time.perf_counter() - arrived
         try:
             response = await _unless_client_leaves(request, self._serve(call, raw))
@@ -204,6 +194,52 @@ class _Gateway:
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
         return response
 
+    async def _prepare(
+        self, request: Request, request_id: str, path: str, chat: bool, arrived: float
+    ) -> tuple[Call, bytes]:
+        """Authenticate, parse, find the service, apply limits; _Refused says why not."""
+        tenant = None
+        if self.tenants is not None:
+            tenant = self.tenants.identify(request.headers.get("authorization"))
+            if tenant is None:
+                message = "a valid API key is required (Authorization: Bearer KEY)"
+                raise _Refused(error_response(401, message, code="invalid_api_key"))
+        raw = await request.body()
+        try:
+            parsed = openai_request.parse(raw, chat=chat)
+        except InvalidRequestError as error:
+            raise _Refused(error_response(400, str(error), param=error.param)) from None
+        service = self.source.services().get(parsed.model)
+        if service is None:
+            message = f"the model `{parsed.model}` does not exist"
+            raise _Refused(error_response(404, message, code="model_not_found"))
+        if tenant is not None and self.tenants is not None:
+            wait = self.tenants.retry_after(tenant, parsed.tokens())
+            if wait:
+                labels = (service.namespace, service.name, _pool(service), service.model)
+                self.metrics.pool(labels).outcome("rate_limited").inc()
+                raise _Refused(
+                    error_response(
+                        429,
+                        f"tenant {tenant.name!r} is over its requests or tokens per minute",
+                        code="rate_limit_exceeded",
+                        headers={"Retry-After": str(wait)},
+                    )
+                )
+        cap = service.limits.max_tokens or self.settings.max_tokens
+        body = capped(parsed, cap)
+        if body is not None:
+            raw = json.dumps(body).encode()
+            parsed = openai_request.ParsedRequest(
+                body, parsed.model, parsed.stream, cap, parsed.prompt_text
+            )
+        routing = RoutingRequest(
+            parsed.model,
+            parsed.prefix_key(self.settings.prefix_block_chars, self.settings.prefix_blocks),
+            parsed.tokens(),
+        )
+        return Call(request_id, service, parsed, routing, path, arrived), raw
+
     async def _serve(self, call: Call, raw: bytes) -> Response:
         if call.service.disaggregated:
             response: Response = await serve_disaggregated(
@@ -212,6 +248,14 @@ class _Gateway:
             return response
         opened = await self.forwarder.open(call, call.service.pools["unified"], raw)
         return await self.forwarder.relay(call, opened, {})
+
+
+class _Refused(Exception):
+    """The request is answered by the gateway itself with `response` (4xx)."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
 def _pool(service: Service) -> Role:

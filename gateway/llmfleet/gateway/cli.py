@@ -13,6 +13,7 @@ from llmfleet.core.errors import UserError
 from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import StaticConfigError
 from llmfleet.gateway.settings import GatewaySettings
+from llmfleet.gateway.tenants import TenantsError
 
 app = typer.Typer(help="Run the OpenAI-compatible gateway.", invoke_without_command=True)
 
@@ -47,7 +48,7 @@ def run(
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         gateway = create_app(settings)
-    except (StaticConfigError, ValueError) as error:
+    except (StaticConfigError, TenantsError, ValueError) as error:
         raise UserError(str(error)) from None
     uvicorn.run(
         gateway,

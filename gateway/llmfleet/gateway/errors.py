@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 _TYPES = {
     400: "invalid_request_error",
+    401: "invalid_request_error",
     404: "not_found_error",
     413: "invalid_request_error",
     429: "rate_limit_error",

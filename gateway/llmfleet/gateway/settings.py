@@ -49,6 +49,8 @@ class GatewaySettings(BaseSettings):
     """Port of the OpenAI-compatible API, /metrics, /healthz and /readyz."""
     static_config: Path | None = None
     """YAML file mapping served model names to pools of endpoint URLs (no Kubernetes needed)."""
+    api_keys_file: Path | None = None
+    """YAML mapping tenants to API keys and per-minute limits (`tenants.py`); None: no auth."""
     profile: str = "prefix-load"
     """Routing profile used for every pool (a key of `profiles`)."""
     profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))

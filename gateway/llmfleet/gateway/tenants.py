@@ -1,0 +1,133 @@
+"""API keys mapped to tenants, and each tenant's requests- and tokens-per-minute limits.
+
+Keys file (`LLMFLEET_GATEWAY_API_KEYS_FILE`; a Kubernetes Secret will carry the same document)::
+
+    tenants:
+      team-a:
+        keys: [sk-a-1, sk-a-2]
+        requestsPerMinute: 600        # optional
+        tokensPerMinute: 200000       # optional; prompt + max output tokens, estimated
+      batch:
+        keys: [sk-b]
+
+Limits are token buckets (capacity = the per-minute figure, refilled continuously at 1/60 of it
+per second), so a tenant may burst up to one minute's worth and then runs at the rate. A request
+is charged in full when admitted; a refusal says how long until it would fit (`Retry-After`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+@dataclass
+class Bucket:
+    """A token bucket: `capacity` units, refilled at `capacity / 60` per second."""
+
+    capacity: float
+    level: float
+    updated: float
+
+    def take(self, amount: float, now: float) -> float:
+        """Take `amount` and return 0, or take nothing and return seconds until it would fit."""
+        rate = self.capacity / 60.0
+        self.level = min(self.capacity, self.level + (now - self.updated) * rate)
+        self.updated = now
+        wanted = min(amount, self.capacity)  # larger than a minute's worth: wait for a full one
+        if self.level >= wanted:
+            self.level -= wanted
+            return 0.0
+        return (wanted - self.level) / rate
+
+
+@dataclass
+class Tenant:
+    name: str
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    _buckets: dict[str, Bucket] = field(default_factory=dict)
+
+    def admit(self, tokens: int, now: float) -> float:
+        """0 when the request may go, else the seconds the client should wait."""
+        limits = {
+            "requests": (self.requests_per_minute, 1),
+            "tokens": (self.tokens_per_minute, tokens),
+        }
+        buckets: list[tuple[Bucket, float]] = []
+        for kind, (limit, amount) in limits.items():
+            if limit is None:
+                continue
+            bucket = self._buckets.get(kind)
+            if bucket is None:
+                bucket = self._buckets[kind] = Bucket(limit, limit, now)
+            wait = bucket.take(amount, now)
+            if wait:
+                for taken, charged in buckets:  # refund what this refused request took
+                    taken.level += charged
+                return wait
+            buckets.append((bucket, min(amount, bucket.capacity)))
+        return 0.0
+
+
+class TenantsError(ValueError):
+    """The keys file is missing or malformed (the message names the field)."""
+
+
+class _TenantModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    keys: list[str] = Field(min_length=1)
+    requests_per_minute: int | None = Field(default=None, alias="requestsPerMinute", gt=0)
+    tokens_per_minute: int | None = Field(default=None, alias="tokensPerMinute", gt=0)
+
+
+class _KeysFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tenants: dict[str, _TenantModel]
+
+
+class Tenants:
+    """Who is calling (by API key) and whether they may, now."""
+
+    def __init__(self, by_key: dict[str, Tenant], clock: Callable[[], float] = time.monotonic):
+        self._by_key = by_key
+        self._clock = clock
+
+    @classmethod
+    def parse(cls, text: str, clock: Callable[[], float] = time.monotonic) -> Tenants:
+        try:
+            parsed = _KeysFile.model_validate(yaml.safe_load(text))
+        except (yaml.YAMLError, ValidationError) as error:
+            raise TenantsError(f"invalid API keys file: {error}") from error
+        by_key: dict[str, Tenant] = {}
+        for name, spec in parsed.tenants.items():
+            tenant = Tenant(name, spec.requests_per_minute, spec.tokens_per_minute)
+            for key in spec.keys:
+                if key in by_key:
+                    raise TenantsError(f"invalid API keys file: a key is listed twice ({name})")
+                by_key[key] = tenant
+        return cls(by_key, clock)
+
+    @classmethod
+    def from_file(cls, path: Path, clock: Callable[[], float] = time.monotonic) -> Tenants:
+        try:
+            return cls.parse(path.read_text(), clock)
+        except OSError as error:
+            raise TenantsError(f"cannot read API keys file {path}: {error}") from error
+
+    def identify(self, authorization: str | None) -> Tenant | None:
+        """The tenant of an `Authorization: Bearer KEY` header, or None."""
+        if not authorization or not authorization.startswith("Bearer "):
+            return None
+        return self._by_key.get(authorization[7:].strip())
+
+    def retry_after(self, tenant: Tenant, tokens: int) -> int:
+        """0 when admitted (and charged), else whole seconds to wait (at least 1)."""
+        wait = tenant.admit(tokens, self._clock())
+        return math.ceil(wait) if wait else 0
