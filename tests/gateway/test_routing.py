@@ -210,3 +210,12 @@ def test_unknown_plugin_names_the_known_ones() -> None:
 
 def test_no_candidates_picks_nothing() -> None:
     assert _scheduler("round-robin").pick(REQUEST, []) is None
+
+
+def test_prefix_affinity_counts_the_engines_own_queue() -> None:
+    key = stable_hash(b"system prompt")
+    home = _owner(key, dict.fromkeys(URLS, 0))
+    candidates = [
+        _c(url, waiting=50, running=5) if url == home else _c(url) for url in URLS
+    ]  # busy with another gateway's traffic: nothing in flight from this one
+    assert PrefixAffinityScorer().owner(RoutingRequest("m", key, 1), candidates) != home

@@ -3,9 +3,10 @@ whose prefix cache then holds it, without letting a hot prefix overload that end
 
 Consistent hashing with bounded load (Mirrokni, Thorup, Zadimoghaddam 2018):
 
+    load_i  = max(in_flight_i, running_i) + waiting_i     (this gateway's and the engine's view)
     ring    = the points blake2b(url#v) for v < VNODES, for every candidate url, sorted
-    limit   = ceil(c * (sum_j in_flight_j + 1) / n)       (c = bounded_load_factor > 1)
-    owner   = the first url clockwise from the point prefix_key whose in_flight + 1 <= limit
+    limit   = ceil(c * (sum_j load_j + 1) / n)            (c = bounded_load_factor > 1)
+    owner   = the first url clockwise from the point prefix_key whose load + 1 <= limit
     score_i = 1 if i is the owner else 0                   (all 0 without a prefix key)
 
 Adding or removing one endpoint moves only the keys next to its points. A hot prefix fills its
@@ -51,7 +52,7 @@ class PrefixAffinityScorer:
     def owner(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> str | None:
         if request.prefix_key is None or not candidates:
             return None
-        loads = {c.url: c.in_flight for c in candidates}
+        loads = {c.url: max(float(c.in_flight), c.running) + c.waiting for c in candidates}
         limit = math.ceil(self.factor * (sum(loads.values()) + 1) / len(loads))
         points, owners = _ring(tuple(sorted(loads)))
         start = bisect.bisect_left(points, request.prefix_key & _MASK)
