@@ -90,6 +90,8 @@ class Forwarder:
         profile = settings.profiles[settings.profile]
         self._profile = profile
         self._options = PluginOptions(bounded_load_factor=settings.bounded_load_factor)
+        # Fail at start-up, not on the first request, when a profile names an unknown plugin.
+        Scheduler.build(profile.filters, profile.scorers, profile.picker, self._options)
 
     def scheduler(self, model: str, pool: Role) -> Scheduler:
         key = (model, pool)
