@@ -275,7 +275,12 @@ class Forwarder:
         last: float | None = None
         metrics = self.metrics.pool(labels)
         try:
-            async for chunk in opened.response.aiter_raw():
+            upstream = opened.response
+            # A transport may hand over a body it already read (httpx.MockTransport does).
+            chunks = (
+                _once(upstream.content) if upstream.is_stream_consumed else upstream.aiter_raw()
+            )
+            async for chunk in chunks:
                 now = time.perf_counter()
                 if last is None:
                     metrics.ttft.observe(now - call.arrived)
@@ -301,6 +306,10 @@ class Forwarder:
         pool.outcome(outcome).inc()
         pool.e2e.observe(time.perf_counter() - call.arrived)
         pool.overhead.observe(call.overhead + extra)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def _outcome(status: int) -> str:
