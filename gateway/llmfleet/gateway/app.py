@@ -73,7 +73,7 @@ def create_app(
     )
     limits = httpx.Limits(
         max_connections=None,
-        max_keepalive_connections=settings.max_connections_per_endpoint * 16,
+        max_keepalive_connections=settings.keepalive_connections,
         keepalive_expiry=30,
     )
     scrape_transport = transport  # scrapes are rare: httpx's own transport unless one is given

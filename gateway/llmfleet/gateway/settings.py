@@ -82,8 +82,9 @@ class GatewaySettings(BaseSettings):
     bounded_load_factor: float = 1.25
     """Consistent hashing with bounded load: an endpoint takes a key while its in-flight count
     stays within factor x the pool's mean; otherwise the key moves on along the ring."""
-    max_connections_per_endpoint: int = 256
-    """Pooled keep-alive connections kept per engine."""
+    keepalive_connections: int = 4096
+    """Idle keep-alive connections kept to all engines together with the httpx upstream client
+    (the aiohttp one keeps every idle connection for 30 s)."""
     upstream_client: Literal["aiohttp", "httpx"] = "aiohttp"
     """Wire to the engines: aiohttp behind httpx's API (about 4x less CPU per request here), or
     httpx's own transport."""
