@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from llmfleet.crds import render
@@ -82,3 +86,34 @@ def test_endpoint_set_follows_scaling_and_demotion(kube: Kube, ns: str) -> None:
             await discovery.stop()
 
     asyncio.run(scenario())
+
+
+def test_gateway_serves_the_discovered_models(kube: Kube, ns: str, tmp_path: Path) -> None:
+    """`llmfleet gateway --kubeconfig` lists what the operator serves (no engine is called)."""
+    kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "gateway.log").open("wb")
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "llmfleet.core.cli", "gateway", "--kubeconfig",
+         str(kube.kubeconfig), "--namespace", ns, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+
+        def models() -> list[str]:
+            try:
+                reply = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+            except httpx.TransportError:
+                return []
+            return [m["id"] for m in reply.json().get("data", [])] if reply.is_success else []
+
+        assert "meta-llama/Llama-3.1-8B-Instruct" in kube.wait_for(
+            models, 60, f"the gateway to list the model ({(tmp_path / 'gateway.log')})"
+        )
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+    finally:
+        gateway.terminate()
+        gateway.wait(20)
+        log.close()

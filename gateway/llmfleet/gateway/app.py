@@ -27,6 +27,7 @@ from llmfleet.gateway.aiohttp_transport import AiohttpTransport
 from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
+from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.openai_request import InvalidRequestError, capped
 from llmfleet.gateway.pd import serve_disaggregated
@@ -40,11 +41,18 @@ log = logging.getLogger("llmfleet.gateway")
 
 
 def _discovery_from(settings: GatewaySettings) -> Discovery:
-    if settings.static_config is None:
-        # NOTE: Kubernetes discovery (InferenceServices + EndpointSlices) is the next step; it
-        # implements `Discovery` and is chosen here when no static file is given.
-        raise ValueError("no discovery source: pass --static-config FILE")
-    return StaticDiscovery.from_file(settings.static_config)
+    """The static file when one is given, else the Kubernetes API."""
+    if settings.static_config is not None:
+        return StaticDiscovery.from_file(settings.static_config)
+    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+    try:
+        lister = kubernetes_lister(kubeconfig, settings.namespace)
+    except Exception as error:  # the client's config errors have no common base
+        raise ValueError(
+            "no discovery source: pass --static-config FILE, or --kubeconfig FILE (or run in a "
+            f"cluster) for Kubernetes discovery ({type(error).__name__}: {error})"
+        ) from error
+    return KubeDiscovery(lister, settings.discovery_interval_seconds)
 
 
 def create_app(

@@ -20,9 +20,17 @@ app = typer.Typer(help="Run the OpenAI-compatible gateway.", invoke_without_comm
 
 @app.callback()
 def run(
+    *,
     static_config: Annotated[
         Path | None,
         typer.Option("--static-config", help="YAML mapping model names to endpoint URLs."),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="Without --static-config: discover services in this cluster."),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="Kubernetes discovery: only this namespace.")
     ] = None,
     host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
     port: Annotated[int | None, typer.Option(help="Port.")] = None,
@@ -35,6 +43,8 @@ def run(
         key: value
         for key, value in {
             "static_config": static_config,
+            "kubeconfig": kubeconfig,
+            "namespace": namespace,
             "host": host,
             "port": port,
             "profile": profile,

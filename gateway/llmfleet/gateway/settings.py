@@ -49,6 +49,13 @@ class GatewaySettings(BaseSettings):
     """Port of the OpenAI-compatible API, /metrics, /healthz and /readyz."""
     static_config: Path | None = None
     """YAML file mapping served model names to pools of endpoint URLs (no Kubernetes needed)."""
+    kubeconfig: Path | None = None
+    """Without a static config, discover services from this cluster (in-cluster config, then
+    ~/.kube/config, when unset): InferenceServices and their pools' EndpointSlices."""
+    namespace: str | None = None
+    """Discover only this namespace's services (all namespaces when unset)."""
+    discovery_interval_seconds: float = Field(default=1.0, gt=0)
+    """How often Kubernetes discovery lists services and EndpointSlices."""
     api_keys_file: Path | None = None
     """YAML mapping tenants to API keys and per-minute limits (`tenants.py`); None: no auth."""
     profile: str = "prefix-load"
