@@ -88,32 +88,81 @@ def test_endpoint_set_follows_scaling_and_demotion(kube: Kube, ns: str) -> None:
     asyncio.run(scenario())
 
 
+class Gateway:
+    """`llmfleet gateway` as a process on a free 127.0.0.1 port."""
+
+    def __init__(self, log: Path, *args: str) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "llmfleet.core.cli", "gateway", *args,
+             "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def models(self, key: str | None = None) -> list[str]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:
+            reply = httpx.get(f"{self.url}/v1/models", headers=headers, timeout=2)
+        except httpx.TransportError:
+            return []
+        return [m["id"] for m in reply.json().get("data", [])] if reply.is_success else []
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(20)
+        self._log.close()
+
+
 def test_gateway_serves_the_discovered_models(kube: Kube, ns: str, tmp_path: Path) -> None:
     """`llmfleet gateway --kubeconfig` lists what the operator serves (no engine is called)."""
     kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = (tmp_path / "gateway.log").open("wb")
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "llmfleet.core.cli", "gateway", "--kubeconfig",
-         str(kube.kubeconfig), "--namespace", ns, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    gateway = Gateway(tmp_path / "gateway.log", "--kubeconfig", str(kube.kubeconfig),
+                      "--namespace", ns)  # fmt: skip
     try:
-
-        def models() -> list[str]:
-            try:
-                reply = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
-            except httpx.TransportError:
-                return []
-            return [m["id"] for m in reply.json().get("data", [])] if reply.is_success else []
-
         assert "meta-llama/Llama-3.1-8B-Instruct" in kube.wait_for(
-            models, 60, f"the gateway to list the model ({(tmp_path / 'gateway.log')})"
+            gateway.models, 60, f"the gateway to list the model ({tmp_path / 'gateway.log'})"
         )
-        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+        assert gateway.ready()
     finally:
-        gateway.terminate()
-        gateway.wait(20)
-        log.close()
+        gateway.stop()
+
+
+def test_api_keys_come_from_a_kubernetes_secret(kube: Kube, ns: str, tmp_path: Path) -> None:
+    tenants = "tenants:\n  team-a:\n    keys: [sk-team-a]\n    requestsPerMinute: 60\n"
+    kube.kubectl("create", "secret", "generic", "gateway-keys", "-n", ns,
+                 f"--from-literal=tenants.yaml={tenants}")  # fmt: skip
+    gateway = Gateway(tmp_path / "gateway.log", "--kubeconfig", str(kube.kubeconfig),
+                      "--namespace", ns, "--api-keys-secret", f"{ns}/gateway-keys")  # fmt: skip
+    try:
+        kube.wait_for(gateway.ready, 60, "the gateway to be ready")
+        # The model does not exist: with the key the request passes auth and gets a 404; it
+        # never reaches an engine. Without the key: 401.
+        body = {"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}
+        url = f"{gateway.url}/v1/chat/completions"
+        without = httpx.post(url, json=body, timeout=5)
+        wrong = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"}, timeout=5)
+        right = httpx.post(url, json=body, headers={"Authorization": "Bearer sk-team-a"},
+                           timeout=5)  # fmt: skip
+        assert (without.status_code, wrong.status_code, right.status_code) == (401, 401, 404)
+        assert without.json()["error"]["code"] == "invalid_api_key"
+    finally:
+        gateway.stop()
+
+    missing = subprocess.run(
+        [sys.executable, "-m", "llmfleet.core.cli", "gateway", "--kubeconfig",
+         str(kube.kubeconfig), "--api-keys-secret", f"{ns}/absent"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 1
+    assert f"cannot read Secret {ns}/absent" in missing.stderr
+    assert "Traceback" not in missing.stderr

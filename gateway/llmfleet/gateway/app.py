@@ -28,6 +28,7 @@ from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
+from llmfleet.gateway.kube_secrets import read_keys_secret
 from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.openai_request import InvalidRequestError, capped
 from llmfleet.gateway.pd import serve_disaggregated
@@ -72,6 +73,9 @@ def create_app(
     source = discovery if discovery is not None else _discovery_from(settings)
     if tenants is None and settings.api_keys_file is not None:
         tenants = Tenants.from_file(settings.api_keys_file, clock)
+    elif tenants is None and settings.api_keys_secret is not None:
+        kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+        tenants = Tenants.parse(read_keys_secret(settings.api_keys_secret, kubeconfig), clock)
     metrics = GatewayMetrics()
     table = EndpointTable(
         eject_after_failures=settings.eject_after_failures,

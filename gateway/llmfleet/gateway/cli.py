@@ -32,6 +32,9 @@ def run(
     namespace: Annotated[
         str | None, typer.Option(help="Kubernetes discovery: only this namespace.")
     ] = None,
+    api_keys_secret: Annotated[
+        str | None, typer.Option(help="NAMESPACE/NAME of a Secret with `tenants.yaml` (API keys).")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
     port: Annotated[int | None, typer.Option(help="Port.")] = None,
     profile: Annotated[
@@ -45,6 +48,7 @@ def run(
             "static_config": static_config,
             "kubeconfig": kubeconfig,
             "namespace": namespace,
+            "api_keys_secret": api_keys_secret,
             "host": host,
             "port": port,
             "profile": profile,

@@ -58,6 +58,9 @@ class GatewaySettings(BaseSettings):
     """How often Kubernetes discovery lists services and EndpointSlices."""
     api_keys_file: Path | None = None
     """YAML mapping tenants to API keys and per-minute limits (`tenants.py`); None: no auth."""
+    api_keys_secret: str | None = None
+    """`NAMESPACE/NAME` of a Kubernetes Secret whose `tenants.yaml` holds that document (read
+    at start, through `kubeconfig` or the in-cluster config); used when no keys file is set."""
     profile: str = "prefix-load"
     """Routing profile used for every pool (a key of `profiles`)."""
     profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
