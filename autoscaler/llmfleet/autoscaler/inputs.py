@@ -1,0 +1,113 @@
+"""What the autoscaling policy reads and what it remembers between decisions.
+
+Plain frozen dataclasses, built by the signals layer in production and by the simulator or a
+test table elsewhere. Rates are per second, latencies milliseconds, times timezone-aware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from llmfleet.core.capacity_profile import CapacityProfile
+from llmfleet.crds.inference_service import InferenceServiceSpec
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Knobs of the policy that the InferenceService does not carry."""
+
+    stale_after_s: float = 60.0
+    """Signals older than this are stale: the pool holds its counts (fail-static). Four
+    Prometheus scrapes at the common 15 s interval."""
+    short_ewma_s: float = 30.0
+    """Time constant of the fast request-rate average."""
+    long_ewma_s: float = 300.0
+    """Time constant of the slow request-rate average (as long as the default scale-down
+    stabilisation window)."""
+    burst_factor: float = 1.5
+    """A burst: the fast average above `burst_factor` x the slow one."""
+    horizon_s: float = 60.0
+    """How far ahead the forecast looks: about the time a new pod needs to serve."""
+    default_utilization: float = 0.8
+    """Share of a replica's prefill throughput to plan for when there is no TTFT target."""
+    min_correction: float = 0.5
+    """Lowest factor observed latency may scale a replica's profiled capacity by."""
+    correction_recovery: float = 0.2
+    """Share of the gap back to 1.0 the correction closes per decision while latency is met."""
+
+
+@dataclass(frozen=True)
+class PoolSignals:
+    """Load and latency of one pool, as the signals layer measured it."""
+
+    observed_at: datetime
+    """When the newest sample was taken; older than `stale_after_s` means stale."""
+    request_rate: float
+    """Requests per second entering the pool."""
+    prompt_tokens_rate: float
+    """Prompt tokens per second the pool has to prefill."""
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    running: float = 0.0
+    """Requests decoding now, all pods together."""
+    waiting: float = 0.0
+    """Requests queued in the engines, all pods together."""
+    kv_cache_usage: float | None = None
+    """Mean KV-cache usage (0 to 1) over the ready pods."""
+    ttft_p95_ms: float | None = None
+    itl_p95_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolPods:
+    """The pool's pods as the Kubernetes API shows them."""
+
+    active: int
+    """Serving replicas the pool is running towards now (the last decision, or the spec)."""
+    spares: int = 0
+    """Warm spares it is running towards now."""
+    ready: int = 0
+    starting: int = 0
+    """Scheduled or schedulable pods that are not Ready yet: capacity to come."""
+    unschedulable: int = 0
+    """Pending pods the scheduler could not place (no node has the GPUs)."""
+
+
+@dataclass(frozen=True)
+class PoolInputs:
+    pods: PoolPods
+    signals: PoolSignals | None
+    """None when the metrics are missing."""
+    profile: CapacityProfile | None = None
+    """The pool's measured capacity profile; per-GPU defaults when None."""
+
+
+@dataclass(frozen=True)
+class ServiceInputs:
+    spec: InferenceServiceSpec
+    pools: dict[str, PoolInputs]
+    """Keyed by pool name (`unified`, or `prefill` and `decode`), as `spec.pools()`."""
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """What the policy remembers about one pool between decisions."""
+
+    updated_at: datetime | None = None
+    short_rate: float = 0.0
+    long_rate: float = 0.0
+    correction: float = 1.0
+    """Factor on the profiled per-replica capacity, learnt from observed latency."""
+    low_since: datetime | None = None
+    """Since when the pool's need has stayed below its current count."""
+    low_peak: int = 0
+    """Highest need seen since `low_since`: where a scale-down may go."""
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    pools: dict[str, PoolState] = field(default_factory=dict)
+
+    def pool(self, name: str) -> PoolState:
+        return self.pools.get(name, PoolState())

@@ -1,0 +1,313 @@
+"""The autoscaling policy: one pure function from what was observed to replica counts.
+
+`decide(inputs, state, now)` sizes every pool of one InferenceService and returns the decision
+(what `status.autoscaling` takes) and the state to pass to the next call. No I/O and no clock of
+its own: production, the simulator and the tests run the same code at the times they choose.
+
+Per pool, in order:
+1. fail-static: signals missing, or older than `stale_after_s`: keep the current counts;
+2. forecast the request rate (`forecast`), learn the capacity correction from observed latency
+   (frozen while pods are starting: their latency has not caught up yet);
+3. size the pool (`sizing`), clamp to min/max replicas (minReplicas 1 when unset);
+4. up at once, unless Pending pods cannot be scheduled (then hold: more would pend too);
+   down only once the need stayed lower for `scaleDownStabilizationSeconds`, and then to the
+   highest need seen over that window, never during a burst;
+5. warm spares on top; finally every pool together into the GPU budget (`budget`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from llmfleet.autoscaler.budget import Wish, fit
+from llmfleet.autoscaler.capacity import default_capacity, learn, profiled_capacity
+from llmfleet.autoscaler.forecast import Forecast, forecast
+from llmfleet.autoscaler.inputs import (
+    PolicyConfig,
+    PolicyState,
+    PoolInputs,
+    PoolPods,
+    PoolSignals,
+    PoolState,
+    ServiceInputs,
+)
+from llmfleet.autoscaler.sizing import Need, decode_need, prefill_need
+from llmfleet.crds.inference_service import (
+    AutoscalingPoolDecision,
+    AutoscalingStatus,
+    InferenceServiceSpec,
+)
+from llmfleet.crds.spec import PoolSpec
+
+_PREFILL_ROLES = ("prefill", "unified")
+_DECODE_ROLES = ("decode", "unified")
+_MAX_REPLICAS = 1000
+"""The schema's bound on maxReplicas, used when a pool sets none (the GPU budget still binds)."""
+
+
+@dataclass(frozen=True)
+class PoolDecision:
+    active: int
+    spares: int
+    reason: str
+    limited: str = ""
+    """Why this pool could not have what it needs; empty when it could."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    pools: dict[str, PoolDecision]
+    state: PolicyState
+    """Pass to the next `decide`."""
+    decided_at: datetime
+
+    @property
+    def limited(self) -> bool:
+        return any(p.limited for p in self.pools.values())
+
+    @property
+    def message(self) -> str:
+        return "; ".join(f"{n}: {p.limited}" for n, p in self.pools.items() if p.limited)
+
+    def status(self) -> AutoscalingStatus:
+        """`status.autoscaling` as the operator reads it."""
+        return AutoscalingStatus(
+            pools={
+                name: AutoscalingPoolDecision(
+                    active=p.active, spares=p.spares, reason=p.reason[:1024]
+                )
+                for name, p in self.pools.items()
+            },
+            last_decision_time=self.decided_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            limited=self.limited,
+            message=self.message[:4096],
+        )
+
+
+def decide(
+    inputs: ServiceInputs,
+    state: PolicyState,
+    now: datetime,
+    config: PolicyConfig | None = None,
+) -> Decision:
+    config = config or PolicyConfig()
+    spec = inputs.spec
+    plans: dict[str, PoolDecision] = {}
+    states: dict[str, PoolState] = dict(state.pools)
+    wishes: dict[str, Wish] = {}
+    for name, pool_spec in spec.pools().items():
+        pool = inputs.pools.get(name)
+        minimum = pool_spec.min_replicas if pool_spec.min_replicas is not None else 1
+        if pool is None:
+            plan = PoolDecision(
+                pool_spec.replicas,
+                spec.autoscaling.warm_spares,
+                f"holding {pool_spec.replicas}: the pool has not been observed yet",
+            )
+            wishes[name] = Wish(plan.active, plan.spares, plan.active, minimum, False)
+        else:
+            plan, held, states[name] = _pool(
+                name, pool_spec, pool, spec=spec, state=state.pool(name), now=now, config=config
+            )
+            wishes[name] = Wish(plan.active, plan.spares, pool.pods.active, minimum, not held)
+        plans[name] = plan
+
+    gpus = spec.runtime.gpu.count
+    budget = spec.autoscaling.gpu_budget
+    fitted = fit(wishes, gpus, budget)
+    for name, wish in fitted.items():
+        before = wishes[name]
+        if (wish.active, wish.spares) != (before.active, before.spares):
+            plan = plans[name]
+            cut = (
+                f"GPU budget {budget} reached ({gpus} GPU per pod): "
+                f"{before.active} -> {wish.active} active, {before.spares} -> {wish.spares} spares"
+            )
+            plans[name] = replace(
+                plan,
+                active=wish.active,
+                spares=wish.spares,
+                reason=f"{plan.reason}; {cut}",
+                limited="; ".join(x for x in (plan.limited, cut) if x),
+            )
+    if budget is not None and sum((w.active + w.spares) * gpus for w in fitted.values()) > budget:
+        first = next(iter(plans))
+        over = f"minReplicas and held pools need more than the GPU budget {budget}"
+        plans[first] = replace(
+            plans[first], limited="; ".join(x for x in (plans[first].limited, over) if x)
+        )
+    return Decision(plans, PolicyState(states), now)
+
+
+def _pool(
+    name: str,
+    pool_spec: PoolSpec,
+    pool: PoolInputs,
+    *,
+    spec: InferenceServiceSpec,
+    state: PoolState,
+    now: datetime,
+    config: PolicyConfig,
+) -> tuple[PoolDecision, bool, PoolState]:
+    """One pool's decision before the GPU budget; True when held fail-static; its next state."""
+    pods, signals = pool.pods, pool.signals
+    if signals is None:
+        why = "metrics missing (no samples for this pool)"
+        return _hold(pods.active, pods.spares, why), True, state
+    age = (now - signals.observed_at).total_seconds()
+    if age > config.stale_after_s:
+        why = f"metrics stale (newest sample {age:.0f} s old, limit {config.stale_after_s:.0f} s)"
+        return _hold(pods.active, pods.spares, why), True, state
+
+    predicted = forecast(state, signals.request_rate, signals.observed_at, config)
+    correction = state.correction
+    if pods.starting == 0:
+        correction = learn(
+            state.correction,
+            _latencies(name, signals, spec),
+            config.min_correction,
+            config.correction_recovery,
+        )
+    need = _need(name, pool, spec=spec, predicted=predicted, correction=correction, config=config)
+
+    minimum = pool_spec.min_replicas if pool_spec.min_replicas is not None else 1
+    maximum = pool_spec.max_replicas if pool_spec.max_replicas is not None else _MAX_REPLICAS
+    target = min(max(need.replicas, minimum), maximum)
+    why = f"needs {need.replicas} for {need.why}"
+    if predicted.burst:
+        why += (
+            f"; burst: request rate {predicted.short_rate:.1f}/s short-term vs "
+            f"{predicted.long_rate:.1f}/s long-term, forecast {predicted.rate:.1f}/s"
+        )
+    if need.replicas > maximum:
+        why += f"; capped at maxReplicas {maximum}"
+    elif need.replicas < minimum:
+        why += f"; raised to minReplicas {minimum}"
+
+    decision, low_since, low_peak = _step(
+        pods,
+        target,
+        why,
+        burst=predicted.burst,
+        state=state,
+        now=now,
+        window=spec.autoscaling.scale_down_stabilization_seconds,
+    )
+    reason = decision.reason
+    if pods.starting:
+        reason += f"; {pods.starting} pods starting count as capacity to come"
+    spares = spec.autoscaling.warm_spares
+    if spares:
+        reason += f"; {spares} warm spares"
+
+    next_state = PoolState(
+        updated_at=signals.observed_at,
+        short_rate=predicted.short_rate,
+        long_rate=predicted.long_rate,
+        correction=correction,
+        low_since=low_since,
+        low_peak=low_peak,
+    )
+    return replace(decision, spares=spares, reason=reason), False, next_state
+
+
+def _latencies(
+    name: str, signals: PoolSignals, spec: InferenceServiceSpec
+) -> list[tuple[float | None, float | None]]:
+    """(observed p95, target) pairs the pool answers for: TTFT for prefill, ITL for decode."""
+    result: list[tuple[float | None, float | None]] = []
+    if name in _PREFILL_ROLES:
+        result.append((signals.ttft_p95_ms, spec.slo.ttft_p95_ms))
+    if name in _DECODE_ROLES:
+        result.append((signals.itl_p95_ms, spec.slo.itl_p95_ms))
+    return result
+
+
+def _need(
+    name: str,
+    pool: PoolInputs,
+    *,
+    spec: InferenceServiceSpec,
+    predicted: Forecast,
+    correction: float,
+    config: PolicyConfig,
+) -> Need:
+    signals = pool.signals
+    assert signals is not None
+    growth = predicted.rate / signals.request_rate if signals.request_rate > 0 else 1.0
+    gpu = spec.runtime.gpu
+    capacity = (
+        profiled_capacity(pool.profile, gpu.type, gpu.count)
+        if pool.profile is not None
+        else default_capacity(gpu.type, gpu.count)
+    )
+    needs: list[Need] = []
+    if name in _PREFILL_ROLES:
+        needs.append(
+            prefill_need(
+                signals,
+                growth=growth,
+                capacity=capacity,
+                correction=correction,
+                slo=spec.slo,
+                config=config,
+            )
+        )
+    if name in _DECODE_ROLES:
+        needs.append(
+            decode_need(
+                signals,
+                growth=growth,
+                ready=pool.pods.ready,
+                capacity=capacity,
+                correction=correction,
+                slo=spec.slo,
+            )
+        )
+    return max(needs, key=lambda n: n.replicas)
+
+
+def _step(
+    pods: PoolPods,
+    target: int,
+    why: str,
+    *,
+    burst: bool,
+    state: PoolState,
+    now: datetime,
+    window: int,
+) -> tuple[PoolDecision, datetime | None, int]:
+    """Up at once; down after the window to the peak need over it. Returns the decision (no
+    spares yet) and the new scale-down bookkeeping (low_since, low_peak)."""
+    current = pods.active
+    if target > current and pods.unschedulable > 0:
+        limited = (
+            f"{pods.unschedulable} pods Pending unschedulable; not adding more until they are "
+            f"placed (needs {target})"
+        )
+        return PoolDecision(current, 0, f"holding {current}: {limited}; {why}", limited), None, 0
+    if target > current:
+        return PoolDecision(target, 0, f"scale up {current} -> {target}: {why}"), None, 0
+    if target == current:
+        return PoolDecision(current, 0, f"steady at {current}: {why}"), None, 0
+    if burst:
+        return PoolDecision(current, 0, f"holding {current} during a burst: {why}"), None, 0
+    low_since = state.low_since or now
+    low_peak = max(state.low_peak if state.low_since else 0, target)
+    waited = (now - low_since).total_seconds()
+    if waited >= window:
+        reason = (
+            f"scale down {current} -> {low_peak}: load fits in fewer for {waited:.0f} s "
+            f"(window {window} s); {why}"
+        )
+        return PoolDecision(low_peak, 0, reason), None, 0
+    reason = (
+        f"holding {current}: load fits in {target} for {waited:.0f} s of the {window} s "
+        f"scale-down stabilization window; {why}"
+    )
+    return PoolDecision(current, 0, reason), low_since, low_peak
+
+
+def _hold(active: int, spares: int, why: str) -> PoolDecision:
+    return PoolDecision(active, spares, f"holding {active} active, {spares} spares: {why}")
