@@ -4,6 +4,7 @@ Today: the pure policy. `decide(ServiceInputs, PolicyState, now) -> Decision`; t
 `status()` is what `status.autoscaling` takes.
 """
 
+from llmfleet.autoscaler.decision import Decision, PoolDecision
 from llmfleet.autoscaler.inputs import (
     PolicyConfig,
     PolicyState,
@@ -13,7 +14,7 @@ from llmfleet.autoscaler.inputs import (
     PoolState,
     ServiceInputs,
 )
-from llmfleet.autoscaler.policy import Decision, PoolDecision, decide
+from llmfleet.autoscaler.policy import decide
 
 __all__ = [
     "Decision",

@@ -17,11 +17,12 @@ Per pool, in order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import datetime
 
 from llmfleet.autoscaler.budget import Wish, fit
 from llmfleet.autoscaler.capacity import default_capacity, learn, profiled_capacity
+from llmfleet.autoscaler.decision import Decision, PoolDecision
 from llmfleet.autoscaler.forecast import Forecast, forecast
 from llmfleet.autoscaler.inputs import (
     PolicyConfig,
@@ -33,56 +34,13 @@ from llmfleet.autoscaler.inputs import (
     ServiceInputs,
 )
 from llmfleet.autoscaler.sizing import Need, decode_need, prefill_need
-from llmfleet.crds.inference_service import (
-    AutoscalingPoolDecision,
-    AutoscalingStatus,
-    InferenceServiceSpec,
-)
+from llmfleet.crds.inference_service import InferenceServiceSpec
 from llmfleet.crds.spec import PoolSpec
 
 _PREFILL_ROLES = ("prefill", "unified")
 _DECODE_ROLES = ("decode", "unified")
 _MAX_REPLICAS = 1000
 """The schema's bound on maxReplicas, used when a pool sets none (the GPU budget still binds)."""
-
-
-@dataclass(frozen=True)
-class PoolDecision:
-    active: int
-    spares: int
-    reason: str
-    limited: str = ""
-    """Why this pool could not have what it needs; empty when it could."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    pools: dict[str, PoolDecision]
-    state: PolicyState
-    """Pass to the next `decide`."""
-    decided_at: datetime
-
-    @property
-    def limited(self) -> bool:
-        return any(p.limited for p in self.pools.values())
-
-    @property
-    def message(self) -> str:
-        return "; ".join(f"{n}: {p.limited}" for n, p in self.pools.items() if p.limited)
-
-    def status(self) -> AutoscalingStatus:
-        """`status.autoscaling` as the operator reads it."""
-        return AutoscalingStatus(
-            pools={
-                name: AutoscalingPoolDecision(
-                    active=p.active, spares=p.spares, reason=p.reason[:1024]
-                )
-                for name, p in self.pools.items()
-            },
-            last_decision_time=self.decided_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
-            limited=self.limited,
-            message=self.message[:4096],
-        )
 
 
 def decide(

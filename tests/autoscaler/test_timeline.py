@@ -1,0 +1,90 @@
+"""The policy over time: each row is a sequence of (seconds after T0, request rate) samples fed
+to `decide` with the state it returned last, the pool running what was decided; the expected
+active count and a phrase of the reason at every step. Unified pool, window 300 s, the builders'
+profile: rate r needs max(ceil(r/8), ceil(10 r/64)) replicas (prefill at 8,000 tok/s of
+1,000-token prompts, 10 r streams at 64 per replica).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llmfleet.autoscaler import PolicyState, PoolState, decide
+from tests.autoscaler.builders import at, inputs, pool, signals, spec
+
+Step = tuple[float, float, int, str]
+"""(seconds, rate, active expected, phrase of the reason)."""
+
+TIMELINES = [
+    pytest.param(
+        4,
+        [
+            (0, 24, 4, "steady at 4"),  # 240/64 = 3.75 -> 4
+            (60, 16, 4, "fits in 3 for 0 s of the 300 s"),  # 160/64 = 2.5 -> 3
+            (200, 12, 4, "fits in 2 for 140 s of the 300 s"),  # 120/64 = 1.9 -> 2
+            # 300 s after the need first fell: down to the highest need of the window, 3.
+            (360, 12, 3, "scale down 4 -> 3"),
+            (420, 12, 3, "fits in 2 for 0 s of the 300 s"),
+            (720, 12, 2, "scale down 3 -> 2"),
+        ],
+        id="slow-decline-steps-down-after-each-window",
+    ),
+    pytest.param(
+        4,
+        [
+            (0, 24, 4, "steady at 4"),
+            (100, 12, 4, "fits in 2 for 0 s"),
+            # Back up. short = 23.6, long = 21.6 (EWMAs, 30 s and 300 s): forecast 24.45/s,
+            # 244.5/64 = 3.8 -> 4 = current: the window starts over.
+            (200, 24, 4, "steady at 4"),
+            # 350 s after the first dip, but only 0 s into this one: no scale-down.
+            (450, 12, 4, "fits in 2 for 0 s"),
+            (750, 12, 2, "scale down 4 -> 2"),
+        ],
+        id="load-back-within-the-window-restarts-it",
+    ),
+    pytest.param(
+        1,
+        [
+            (0, 8, 2, "scale up 1 -> 2"),  # 80/64 -> 2
+            (10, 8, 2, "steady at 2"),
+            # 40/s: short = 8 + (1 - e^-1/3) x 32 = 17.1, long = 8 + (1 - e^-1/30) x 32 =
+            # 9.05, burst; forecast 40 + (17.1 - 9.05)/270 x 60 = 41.8/s: 418/64 -> 7.
+            (20, 40, 7, "burst"),
+        ],
+        id="step-then-burst",
+    ),
+]
+
+
+@pytest.mark.parametrize(("start", "steps"), TIMELINES)
+def test_timeline(start: int, steps: list[Step]) -> None:
+    service, state, active = spec(), PolicyState(), start
+    for seconds, rate, expected, phrase in steps:
+        decision = decide(
+            inputs(service, unified=pool(active, signals(rate, seconds=seconds))),
+            state,
+            at(seconds),
+        )
+        state, active = decision.state, decision.pools["unified"].active
+        reason = decision.pools["unified"].reason
+        assert (seconds, active) == (seconds, expected), reason
+        assert phrase in reason, (seconds, reason)
+
+
+def test_burst_holds_a_due_scale_down() -> None:
+    # Need fell 400 s ago (window 300 s) but the rate jumps 2 -> 8/s: short = 2 + 0.283 x 6
+    # = 3.70, long = 2 + 0.033 x 6 = 2.20, a burst; forecast 8.33/s needs 2 < 4, yet 4 stay.
+    state = PolicyState(
+        {
+            "unified": PoolState(
+                updated_at=at(-10), short_rate=2.0, long_rate=2.0, low_since=at(-400), low_peak=2
+            )
+        }
+    )
+
+    decision = decide(inputs(spec(), unified=pool(4, signals(8))), state, at(0))
+
+    assert decision.pools["unified"].active == 4
+    assert "holding 4 during a burst" in decision.pools["unified"].reason
+    assert decision.state.pools["unified"].low_since is None
