@@ -86,6 +86,15 @@ ROWS = [
         id="stale-metrics-fail-static",
     ),
     pytest.param(
+        # histogram_quantile over no samples is NaN; a counter reset can make a rate negative.
+        Row(
+            inputs(spec(), unified=pool(2, signals(-3, ttft_p95_ms=float("nan")))),
+            {"unified": (2, 0)},
+            {"unified": ("holding 2", "metrics invalid", "request_rate = -3", "ttft_p95_ms = nan")},
+        ),
+        id="invalid-metrics-fail-static",
+    ),
+    pytest.param(
         # TTFT 1,200 ms against 600: the profile promised twice what the pool gives, so the
         # correction becomes 600/1,200 = 0.5: prefill 24,000/4,000 = 6, streams 240/32 = 7.5
         # -> 8.
@@ -214,6 +223,15 @@ ROWS = [
             {"unified": ("scale up 2 -> 3", "needs 4", "capped at maxReplicas 3")},
         ),
         id="clamped-to-max-replicas",
+    ),
+    pytest.param(
+        # maxReplicas lowered to 3 under 5 running pods: a hard limit, no window to wait.
+        Row(
+            inputs(spec(pools={"unified": {"maxReplicas": 3}}), unified=pool(5, signals(24))),
+            {"unified": (3, 0)},
+            {"unified": ("scale down 5 -> 3 at once: above maxReplicas",)},
+        ),
+        id="above-max-replicas-down-at-once",
     ),
     pytest.param(
         # No load needs 0; minReplicas 2 keeps 2.

@@ -80,7 +80,9 @@ def decode_need(
 
     # A stream holds up to its whole context in KV cache near its end: size for that.
     tokens = concurrency * (signals.mean_prompt_tokens + signals.mean_output_tokens)
-    kv_per_replica = capacity.kv_cache_tokens * slo.max_kv_cache_usage
+    # NOTE: a GPU whose memory the weights fill leaves no KV cache: one token keeps the division
+    # defined and asks for every replica the budget and maxReplicas allow.
+    kv_per_replica = max(capacity.kv_cache_tokens, 1.0) * slo.max_kv_cache_usage
     by_kv = _ceil(tokens / kv_per_replica)
     by_usage = 0
     if signals.kv_cache_usage is not None and ready > 0:
