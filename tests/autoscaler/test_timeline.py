@@ -88,3 +88,16 @@ def test_burst_holds_a_due_scale_down() -> None:
     assert decision.pools["unified"].active == 4
     assert "holding 4 during a burst" in decision.pools["unified"].reason
     assert decision.state.pools["unified"].low_since is None
+
+
+def test_one_latency_sample_corrects_capacity_once() -> None:
+    # TTFT 800 ms against 600: correction 600/800 = 0.75. Deciding again 5 s later on the same
+    # sample (Prometheus has not scraped since) must not cut it again to 0.5625.
+    given = inputs(spec(), unified=pool(4, signals(24, ttft_p95_ms=800.0)))
+
+    first = decide(given, PolicyState(), at(0))
+    second = decide(given, first.state, at(5))
+
+    assert first.state.pools["unified"].correction == 0.75
+    assert second.state.pools["unified"].correction == 0.75
+    assert "correction 0.75" in second.pools["unified"].reason

@@ -29,6 +29,8 @@ class PolicyConfig:
     """A burst: the fast average above `burst_factor` x the slow one."""
     horizon_s: float = 60.0
     """How far ahead the forecast looks: about the time a new pod needs to serve."""
+    max_growth: float = 4.0
+    """The forecast scales the current load by at most this factor."""
     default_utilization: float = 0.8
     """Share of a replica's prefill throughput to plan for when there is no TTFT target."""
     min_correction: float = 0.5

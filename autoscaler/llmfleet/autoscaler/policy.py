@@ -40,6 +40,8 @@ from llmfleet.crds.spec import PoolSpec
 
 _PREFILL_ROLES = ("prefill", "unified")
 _DECODE_ROLES = ("decode", "unified")
+_MIN_RATE = 1e-3
+"""Requests per second below which a pool counts as idle for the forecast."""
 _MAX_REPLICAS = 1000
 """The schema's bound on maxReplicas, used when a pool sets none (the GPU budget still binds)."""
 
@@ -124,7 +126,10 @@ def _pool(
 
     predicted = forecast(state, signals.request_rate, signals.observed_at, config)
     correction = state.correction
-    if pods.starting == 0:
+    fresh = state.updated_at is None or signals.observed_at > state.updated_at
+    # NOTE: learn once per new sample (the policy runs more often than Prometheus scrapes, and
+    # one slow p95 must not cut the estimate again on every call), and not while pods start.
+    if fresh and pods.starting == 0:
         correction = learn(
             state.correction,
             _latencies(name, signals, spec),
@@ -204,7 +209,11 @@ def _need(
 ) -> Need:
     signals = pool.signals
     assert signals is not None
-    growth = predicted.rate / signals.request_rate if signals.request_rate > 0 else 1.0
+    # NOTE: next to no traffic makes the ratio meaningless (and a denormal rate makes it
+    # infinite); and a forecast far beyond the current rate is the averages' lag, not a plan.
+    growth = 1.0
+    if signals.request_rate > _MIN_RATE:
+        growth = min(predicted.rate / signals.request_rate, config.max_growth)
     gpu = spec.runtime.gpu
     capacity = (
         profiled_capacity(pool.profile, gpu.type, gpu.count)

@@ -24,11 +24,13 @@ from llmfleet.autoscaler.inputs import PolicyConfig, PoolSignals
 from llmfleet.crds.spec import SloSpec
 
 _EPSILON = 1e-9
+_CEILING = 1e9
+"""Replicas no pool can need; caps absurd ratios before they reach int()."""
 
 
 def _ceil(x: float) -> int:
     """Ceiling that forgives float noise (2.0000000001 replicas is 2)."""
-    return max(math.ceil(x - _EPSILON), 0)
+    return max(math.ceil(min(x, _CEILING) - _EPSILON), 0)
 
 
 @dataclass(frozen=True)
