@@ -23,7 +23,9 @@ _PREFILL_MFU = 0.4
 _GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's default `--gpu-memory-utilization`."""
 _DEFAULT_MAX_CONCURRENCY = 256
-"""vLLM's `--max-num-seqs` default outside the large-GPU server preset (engine/arg_utils.py)."""
+"""vLLM's `--max-num-seqs` default on GPUs under 70 GiB and on A100 (batch defaults in
+`vllm/engine/arg_utils.py`). H100-class GPUs default to 1024, a scheduler ceiling rather than a
+concurrency an ITL target survives, so the lower figure stands for every GPU."""
 
 
 @dataclass(frozen=True)
