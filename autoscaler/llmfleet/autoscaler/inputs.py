@@ -6,6 +6,7 @@ test table elsewhere. Rates are per second, latencies milliseconds, times timezo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -59,6 +60,26 @@ class PoolSignals:
     """Mean KV-cache usage (0 to 1) over the ready pods."""
     ttft_p95_ms: float | None = None
     itl_p95_ms: float | None = None
+
+    def invalid(self) -> str:
+        """The fields that are no number a load can have (NaN from a quantile over no samples,
+        negative from a counter reset mid-rate), or "" when all are usable."""
+        values = {
+            "request_rate": self.request_rate,
+            "prompt_tokens_rate": self.prompt_tokens_rate,
+            "mean_prompt_tokens": self.mean_prompt_tokens,
+            "mean_output_tokens": self.mean_output_tokens,
+            "running": self.running,
+            "waiting": self.waiting,
+            "kv_cache_usage": self.kv_cache_usage,
+            "ttft_p95_ms": self.ttft_p95_ms,
+            "itl_p95_ms": self.itl_p95_ms,
+        }
+        return ", ".join(
+            f"{name} = {value}"
+            for name, value in values.items()
+            if value is not None and not (math.isfinite(value) and value >= 0)
+        )
 
 
 @dataclass(frozen=True)

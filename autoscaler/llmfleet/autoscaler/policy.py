@@ -17,7 +17,6 @@ Per pool, in order:
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from datetime import datetime
 
@@ -120,7 +119,7 @@ def _pool(
     if age > config.stale_after_s:
         why = f"metrics stale (newest sample {age:.0f} s old, limit {config.stale_after_s:.0f} s)"
         return _hold(pods.active, pods.spares, why), True, state
-    bad = _invalid(signals)
+    bad = signals.invalid()
     if bad:
         return _hold(pods.active, pods.spares, f"metrics invalid ({bad})"), True, state
 
@@ -285,27 +284,6 @@ def _step(
         f"scale-down stabilization window; {why}"
     )
     return PoolDecision(current, 0, reason), low_since, low_peak
-
-
-def _invalid(signals: PoolSignals) -> str:
-    """The fields that are no number a load can have (NaN from a quantile over no samples,
-    negative from a counter reset mid-rate), or "" when all are usable."""
-    values = {
-        "request_rate": signals.request_rate,
-        "prompt_tokens_rate": signals.prompt_tokens_rate,
-        "mean_prompt_tokens": signals.mean_prompt_tokens,
-        "mean_output_tokens": signals.mean_output_tokens,
-        "running": signals.running,
-        "waiting": signals.waiting,
-        "kv_cache_usage": signals.kv_cache_usage,
-        "ttft_p95_ms": signals.ttft_p95_ms,
-        "itl_p95_ms": signals.itl_p95_ms,
-    }
-    return ", ".join(
-        f"{name} = {value}"
-        for name, value in values.items()
-        if value is not None and not (math.isfinite(value) and value >= 0)
-    )
 
 
 def _hold(active: int, spares: int, why: str) -> PoolDecision:
