@@ -87,16 +87,11 @@ def snapshot(
 
 def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = None) -> Lister:
     """List InferenceServices and llmfleet EndpointSlices with the official client."""
-    from kubernetes import client, config  # noqa: PLC0415 - only this source needs the client
+    from kubernetes import client  # noqa: PLC0415 - only this source needs the client
 
-    if kubeconfig:
-        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    else:
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        api = client.ApiClient()
+    from llmfleet.core.kube import api_client  # noqa: PLC0415
+
+    api = api_client(kubeconfig)
     custom, discovery = client.CustomObjectsApi(api), client.DiscoveryV1Api(api)
     selector = f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"
 
@@ -108,7 +103,8 @@ def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = Non
             services = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
             slices = discovery.list_endpoint_slice_for_all_namespaces(label_selector=selector)
         items = cast(dict[str, Any], services)["items"]
-        return list(items), [api.sanitize_for_serialization(s) for s in slices.items]
+        serialize = api.sanitize_for_serialization
+        return list(items), [serialize(s) for s in slices.items]  # type: ignore[no-untyped-call]
 
     return list_all
 

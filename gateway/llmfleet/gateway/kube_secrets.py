@@ -14,19 +14,13 @@ def read_keys_secret(reference: str, kubeconfig: str | None = None) -> str:
     from kubernetes import client, config  # noqa: PLC0415 - only this source needs the client
     from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
+    from llmfleet.core.kube import api_client  # noqa: PLC0415
+
     namespace, _, name = reference.partition("/")
     if not namespace or not name:
         raise TenantsError(f"--api-keys-secret must be NAMESPACE/NAME, got {reference!r}")
     try:
-        if kubeconfig:
-            api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        else:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
-            api = client.ApiClient()
-        secret = client.CoreV1Api(api).read_namespaced_secret(name, namespace)
+        secret = client.CoreV1Api(api_client(kubeconfig)).read_namespaced_secret(name, namespace)
     except (ApiException, config.ConfigException) as error:
         reason = getattr(error, "reason", None) or error
         raise TenantsError(f"cannot read Secret {reference}: {reason}") from None

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 
 import kopf
 import typer
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
+from llmfleet.core.kube import api_client
 from llmfleet.operator.handlers import build_registry
 from llmfleet.operator.kube import Kube
 from llmfleet.operator.metrics import OperatorMetrics
@@ -19,14 +20,6 @@ from llmfleet.operator.reconcile import Reconciler
 from llmfleet.operator.settings import OperatorSettings
 
 app = typer.Typer(help="Run the InferenceService operator.", invoke_without_command=True)
-
-
-def _api() -> client.ApiClient:
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
 
 
 def ensure_peering(api: client.ApiClient, name: str, namespaces: list[str]) -> None:
@@ -79,7 +72,7 @@ def run(
         raise typer.BadParameter(
             "namespace patterns need --standalone: peering objects live in named namespaces"
         )
-    api = _api()
+    api = api_client()
     if not standalone:
         ensure_peering(api, peering_name, namespaces)
     metrics = OperatorMetrics()
