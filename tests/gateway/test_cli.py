@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -54,10 +55,14 @@ def test_gateway_serves_a_static_config(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_bad_input_is_one_line_and_exit_1(args: list[str], fragment: str) -> None:
+def test_bad_input_is_one_line_and_exit_1(args: list[str], fragment: str, tmp_path: Path) -> None:
+    # No kubeconfig anywhere: without --static-config, Kubernetes discovery has nothing to use.
+    env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
+    env["HOME"] = str(tmp_path)
     result = subprocess.run(
-        [str(LLMFLEET), "gateway", *args], check=False, capture_output=True, text=True, timeout=30
-    )
+        [str(LLMFLEET), "gateway", *args],
+        check=False, capture_output=True, text=True, timeout=30, env=env,
+    )  # fmt: skip
     assert result.returncode == 1
     assert fragment in result.stderr
     assert "Traceback" not in result.stderr
