@@ -269,7 +269,11 @@ def test_liveness_follows_a_hung_engine_once_serving(launch: Any) -> None:
 def test_sigterm_before_ready_stops_cleanly(launch: Any) -> None:
     launcher = launch(["--startup-duration", "30s"])
     wait_for(lambda: launcher.ready() == 503 or None, 10, "the front to answer")
-    (engine,) = psutil.Process(launcher.process.pid).children()
+    # The front binds before the engine is started: wait for the engine process to exist.
+    engine = wait_for(
+        lambda: next(iter(psutil.Process(launcher.process.pid).children()), None),
+        10, "the engine process",
+    )  # fmt: skip
     launcher.process.send_signal(signal.SIGTERM)
     assert launcher.exit_code(timeout=20) == ExitCode.OK
     assert "stopped during starting, before the pod was ready" in launcher.log.read_text()
