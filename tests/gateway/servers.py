@@ -5,48 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
 from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import Discovery
 from llmfleet.gateway.settings import GatewaySettings
-
-T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll `check` until it returns something other than None, or fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result is not None:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def status(url: str) -> int | None:
-    try:
-        return httpx.get(url, timeout=2).status_code
-    except httpx.HTTPError:
-        return None
+from tests.net import free_port, status, wait_for
 
 
 class Sim:
