@@ -12,7 +12,7 @@ import pytest
 
 from llmfleet.core.cluster import build
 from llmfleet.core.cluster.errors import ClusterError
-from llmfleet.core.cluster.toolchain import GoTool
+from llmfleet.core.cluster.toolchain import DebTool, GoTool
 
 
 @pytest.fixture
@@ -91,3 +91,27 @@ def test_too_old_go_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}/usr/bin:/bin")
     with pytest.raises(ClusterError, match=r"needs Go >= 1\.26"):
         build.check_go()
+
+
+def test_a_failing_apt_download_says_why_and_leaves_no_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    script = '#!/bin/sh\n[ "$2" = update ] && exit 0\necho "E: Version \'9\' was not found" >&2\n'
+    (fake / "apt-get").write_text(script + "exit 100\n")
+    (fake / "apt-get").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}/usr/bin:/bin")
+    tool = DebTool("prometheus", "9", "prometheus", "9", ("usr/bin/prometheus",))
+    with pytest.raises(ClusterError, match="apt-get download exited 100") as caught:
+        build.ensure_tools([tool], tmp_path / "cache")
+    assert "prometheus=9" in str(caught.value)
+    assert "Version '9' was not found" in str(caught.value)
+    assert not build.is_built(tool, tmp_path / "cache")
+
+
+def test_ensure_binary_gives_the_cached_prometheus_that_runs() -> None:
+    prometheus = build.ensure_binary("prometheus")
+    assert prometheus.name == "prometheus"
+    run = subprocess.run([prometheus, "--version"], capture_output=True, text=True, check=True)
+    assert "2.42.0" in run.stdout + run.stderr

@@ -12,6 +12,8 @@ from llmfleet.core.cluster.toolchain import (
     KUBERNETES_VERSION,
     TOOLS,
     TOOLS_BY_NAME,
+    DebTool,
+    GoTool,
     go_binary_name,
 )
 
@@ -29,7 +31,7 @@ def test_kubernetes_wrapper_replaces_every_staging_module_at_the_matching_versio
 
 def test_every_wrapper_module_has_a_checksum_file_and_tools_go() -> None:
     for tool in TOOLS:
-        if tool.module is None:
+        if not isinstance(tool, GoTool) or tool.module is None:
             continue
         module = GOMOD_DIR / tool.module
         assert (module / "go.sum").stat().st_size > 0
@@ -73,3 +75,11 @@ def test_tool_binaries() -> None:
     assert TOOLS_BY_NAME["kubernetes"].binaries == (
         "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
     )  # fmt: skip
+
+
+def test_prometheus_is_debian_bookworms_package_unpacked_into_the_cache() -> None:
+    tool = TOOLS_BY_NAME["prometheus"]
+    assert isinstance(tool, DebTool)
+    assert tool.key == "prometheus-2.42.0"
+    assert tool.pin == "prometheus=2.42.0+ds-5+deb12u1"
+    assert tool.binaries == ("prometheus", "promtool")

@@ -21,7 +21,7 @@ from rich.table import Table
 from llmfleet.core.cluster import ClusterError, LocalCluster, build
 from llmfleet.core.cluster.local import DEFAULT_NAME
 from llmfleet.core.cluster.nodes import GPU_TYPES
-from llmfleet.core.cluster.toolchain import TOOLS, TOOLS_BY_NAME, GoTool
+from llmfleet.core.cluster.toolchain import TOOLS, TOOLS_BY_NAME, Tool
 from llmfleet.core.errors import UserError
 from llmfleet.crds import render
 
@@ -61,7 +61,7 @@ class _BuildReporter:
             self._heartbeat = threading.Thread(target=self._beat, daemon=True)
             self._heartbeat.start()
 
-    def __call__(self, tool: GoTool, line: str) -> None:
+    def __call__(self, tool: Tool, line: str) -> None:
         if self._current is None or self._current[0] != tool.key:
             self._current = (tool.key, time.monotonic())
         if self._progress is not None:
@@ -106,7 +106,8 @@ def cluster_build(
         typer.Argument(help=f"Tools to build (default: all): {', '.join(TOOLS_BY_NAME)}."),
     ] = None,
 ) -> None:
-    """Build the pinned binaries from Go modules into ~/.cache/llmfleet (only what is missing)."""
+    """Build the pinned binaries (Go modules; Prometheus from Debian's package) into
+    ~/.cache/llmfleet, only what is missing."""
     unknown = sorted(set(tools or ()) - set(TOOLS_BY_NAME))
     if unknown:
         choices = ", ".join(TOOLS_BY_NAME)

@@ -2,7 +2,8 @@
 
 Public surface:
 - `toolchain`: which tools, at which versions, and how each is built (pure data);
-- `build.ensure_tools`: builds what is missing into `~/.cache/llmfleet/<tool>-<version>/bin`;
+- `build.ensure_tools`: builds what is missing into `~/.cache/llmfleet/<tool>-<version>/bin`
+  (Prometheus: Debian's package, unpacked); `build.ensure_binary` gives one binary's path;
 - `nodes.gpu_node`: the manifest of one fake GPU node;
 - `LocalCluster`: up / down / status of one named cluster.
 """

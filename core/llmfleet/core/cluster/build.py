@@ -4,6 +4,10 @@ Layout: `<cache>/<tool>-<version>/bin/<binary>` plus a `.done` stamp written onl
 binary of the tool is in place, and a `<tool>-<version>.lock` that serialises builders (two test
 sessions, or CI's background build and the test fixture, never build the same tool twice: the
 second waits for the first and then finds the stamp).
+
+Go tools are built with `go`; Debian tools (Prometheus) are fetched with `apt-get download` and
+unpacked with `dpkg-deb -x` under the same lock and stamp, so `llmfleet cluster build` and test
+fixtures get every tool the same way.
 """
 
 from __future__ import annotations
@@ -14,17 +18,25 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from llmfleet.core.cluster.errors import ClusterError
-from llmfleet.core.cluster.toolchain import TOOLS, GoTool, go_binary_name
+from llmfleet.core.cluster.toolchain import (
+    TOOLS,
+    TOOLS_BY_NAME,
+    DebTool,
+    GoTool,
+    Tool,
+    go_binary_name,
+)
 
 MIN_GO = (1, 26)
 
-Progress = Callable[[GoTool, str], None]
+Progress = Callable[[Tool, str], None]
 """Called with a tool and a line of what is happening (a step, or the build's latest output)."""
 
 
@@ -34,26 +46,26 @@ def cache_root() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "llmfleet"
 
 
-def tool_dir(tool: GoTool, root: Path | None = None) -> Path:
+def tool_dir(tool: Tool, root: Path | None = None) -> Path:
     return (root or cache_root()) / tool.key
 
 
-def bin_dir(tool: GoTool, root: Path | None = None) -> Path:
+def bin_dir(tool: Tool, root: Path | None = None) -> Path:
     return tool_dir(tool, root) / "bin"
 
 
-def binary(tool: GoTool, name: str, root: Path | None = None) -> Path:
+def binary(tool: Tool, name: str, root: Path | None = None) -> Path:
     return bin_dir(tool, root) / name
 
 
-def is_built(tool: GoTool, root: Path | None = None) -> bool:
+def is_built(tool: Tool, root: Path | None = None) -> bool:
     directory = tool_dir(tool, root)
     if not (directory / ".done").is_file():
         return False
     return all(os.access(directory / "bin" / name, os.X_OK) for name in tool.binaries)
 
 
-def missing_tools(tools: Sequence[GoTool] = TOOLS, root: Path | None = None) -> list[GoTool]:
+def missing_tools(tools: Sequence[Tool] = TOOLS, root: Path | None = None) -> list[Tool]:
     return [tool for tool in tools if not is_built(tool, root)]
 
 
@@ -99,25 +111,119 @@ def _go_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def build_tool(tool: GoTool, root: Path | None = None, progress: Progress | None = None) -> float:
-    """Build one tool unless its stamp is there; returns seconds spent building (0 if cached)."""
+def build_tool(tool: Tool, root: Path | None = None, progress: Progress | None = None) -> float:
+    """Build (or fetch) one tool unless its stamp is there; returns seconds spent (0 if cached)."""
     directory = tool_dir(tool, root)
     with _locked(directory.parent / f"{tool.key}.lock"):
         if is_built(tool, root):
             return 0.0
-        go = check_go()
         partial = directory / "bin.partial"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-        argv, cwd, extra_env = tool.command(partial)
-        argv[0] = go
         started = time.monotonic()
-        lines = _run_streaming(argv, cwd, _go_env(extra_env), tool, progress)
+        stamp: dict[str, object] = {"tool": tool.name, "version": tool.version}
+        if isinstance(tool, DebTool):
+            stamp["package"] = tool.pin
+            _fetch_deb(tool, partial, progress)
+            lines: list[str] = []
+        else:
+            go = check_go()
+            argv, cwd, extra_env = tool.command(partial)
+            argv[0] = go
+            lines = _run_streaming(argv, cwd, _go_env(extra_env), tool, progress)
         seconds = time.monotonic() - started
         _install(tool, partial, directory, lines)
-        stamp = {"tool": tool.name, "version": tool.version, "seconds": round(seconds, 1)}
+        stamp["seconds"] = round(seconds, 1)
         (directory / ".done").write_text(json.dumps(stamp) + "\n")
         return seconds
+
+
+def ensure_binary(
+    tool_name: str, name: str | None = None, progress: Progress | None = None
+) -> Path:
+    """The cached path of one binary (default: the tool's first), built or fetched if missing
+    (waiting on a build already running elsewhere)."""
+    tool = TOOLS_BY_NAME[tool_name]
+    build_tool(tool, progress=progress)
+    return binary(tool, name or tool.binaries[0])
+
+
+def _apt(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    apt_get = shutil.which("apt-get")
+    if apt_get is None:
+        raise ClusterError(
+            "apt-get is not on PATH: Prometheus is taken from Debian's package "
+            "(a Debian or Ubuntu machine with Debian's bookworm archive is needed)"
+        )
+    return subprocess.run(
+        [apt_get, "-q", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=600
+    )
+
+
+def _fetch_deb(tool: DebTool, out_dir: Path, progress: Progress | None) -> None:
+    """`apt-get download` the pinned package into a temporary directory, unpack it with
+    `dpkg-deb -x`, copy its binaries into `out_dir` and check that each one runs."""
+    dpkg_deb = shutil.which("dpkg-deb")
+    if dpkg_deb is None:
+        raise ClusterError(f"dpkg-deb is not on PATH: it unpacks {tool.pin}")
+    with tempfile.TemporaryDirectory(prefix=f"{tool.key}-", dir=out_dir.parent) as scratch:
+        # NOTE: as root apt would rather fetch as the `_apt` user; it cannot write here, so apt
+        # warns and fetches as root. Harmless: the package is only unpacked, never installed.
+        work = Path(scratch)
+        if progress is not None:
+            progress(tool, f"apt-get download {tool.pin}")
+        result = _apt(["download", tool.pin], work)
+        if result.returncode != 0 and os.geteuid() == 0:
+            # Most often the package lists are missing (a fresh image): fetch them, then retry.
+            if progress is not None:
+                progress(tool, "apt-get update (package lists missing or outdated)")
+            updated = _apt(["update"], work)
+            if updated.returncode != 0:
+                raise ClusterError(_apt_failure(tool, "apt-get update", updated))
+            result = _apt(["download", tool.pin], work)
+        if result.returncode != 0:
+            hint = "" if os.geteuid() == 0 else " (run `sudo apt-get update` first?)"
+            raise ClusterError(_apt_failure(tool, "apt-get download", result) + hint)
+        debs = list(work.glob(f"{tool.package}_*.deb"))
+        if len(debs) != 1:
+            raise ClusterError(f"apt-get download {tool.pin} left {len(debs)} .deb files")
+        unpacked = work / "root"
+        if progress is not None:
+            progress(tool, f"dpkg-deb -x {debs[0].name}")
+        subprocess.run(
+            [dpkg_deb, "-x", str(debs[0]), str(unpacked)],
+            capture_output=True, text=True, check=True, timeout=300,
+        )  # fmt: skip
+        for path in tool.paths:
+            source = unpacked / path
+            if not source.is_file():
+                raise ClusterError(f"{tool.pin} holds no {path}")
+            target = out_dir / source.name
+            shutil.copyfile(source, target)
+            target.chmod(0o755)
+    for name in tool.binaries:
+        _check_runs(tool, out_dir / name)
+
+
+def _apt_failure(tool: DebTool, what: str, result: subprocess.CompletedProcess[str]) -> str:
+    output = (result.stderr or result.stdout).strip().splitlines()
+    return f"fetching {tool.key} ({tool.pin}) failed: {what} exited {result.returncode}: " + (
+        " | ".join(output[-4:]) or "no output"
+    )
+
+
+def _check_runs(tool: Tool, path: Path) -> None:
+    """`<binary> --version` must succeed here (a missing shared library shows up now, not when a
+    test starts it)."""
+    try:
+        result = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, check=False, timeout=30
+        )
+    except OSError as error:
+        raise ClusterError(f"{tool.key}: {path.name} does not run here: {error}") from error
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).strip()
+        raise ClusterError(f"{tool.key}: `{path.name} --version` failed: {output[-300:]}")
 
 
 def _run_streaming(
@@ -140,28 +246,33 @@ def _run_streaming(
     return tail
 
 
-def _install(tool: GoTool, partial: Path, directory: Path, lines: list[str]) -> None:
+def _install(tool: Tool, partial: Path, directory: Path, lines: list[str]) -> None:
     built = {path.name: path for path in partial.iterdir()}
-    for package, name in zip(tool.packages, tool.binaries, strict=True):
-        produced = go_binary_name(package)
-        if name not in built and produced in built:
-            built[produced].rename(partial / name)
-        elif name not in built:
-            raise ClusterError(f"building {tool.key} produced no {name}: {' '.join(lines[-5:])}")
+    if isinstance(tool, GoTool):
+        for package, name in zip(tool.packages, tool.binaries, strict=True):
+            produced = go_binary_name(package)
+            if name not in built and produced in built:
+                built[produced].rename(partial / name)
+            elif name not in built:
+                raise ClusterError(
+                    f"building {tool.key} produced no {name}: {' '.join(lines[-5:])}"
+                )
     final = directory / "bin"
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
 
 
 def ensure_tools(
-    tools: Sequence[GoTool] = TOOLS, root: Path | None = None, progress: Progress | None = None
+    tools: Sequence[Tool] = TOOLS, root: Path | None = None, progress: Progress | None = None
 ) -> dict[str, float]:
     """Build every tool that is not cached yet; returns seconds spent per tool built."""
     spent: dict[str, float] = {}
     for tool in tools:
         if is_built(tool, root):
             continue
-        if progress is not None:
+        if progress is not None and isinstance(tool, DebTool):
+            progress(tool, f"building from Debian's {tool.pin} (download and unpack)")
+        elif progress is not None:
             progress(tool, f"building (about {tool.estimated_minutes} min on 2 cores, cold)")
         spent[tool.key] = build_tool(tool, root, progress)
     return spent

@@ -1,8 +1,11 @@
-"""Which tools the local cluster needs, pinned, and the Go command that builds each (pure data).
+"""Which tools the local cluster needs, pinned, and how each is obtained (pure data).
 
-Every tool is built from Go modules through the Go module proxy with plain `go build` /
-`go install`; nothing is downloaded as a prebuilt binary. Versions fit the machine's Go 1.26
-toolchain (see ../shared/notes/local-cluster-facts.md, checked by the first real build).
+Every Go tool is built from Go modules through the Go module proxy with plain `go build` /
+`go install`. Versions fit the machine's Go 1.26 toolchain (see
+../shared/notes/local-cluster-facts.md, checked by the first real build). The one exception is
+Prometheus (`DebTool`): Debian's package, fetched with `apt-get download` and unpacked with
+`dpkg-deb -x` into the same cache, never installed (no system service, no root needed beyond
+`apt-get update`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.21.4"
 INFERENCE_SIM_VERSION = "v0.10.2"
+PROMETHEUS_VERSION = "2.42.0"
+PROMETHEUS_DEB_VERSION = "2.42.0+ds-5+deb12u1"
+"""Debian bookworm's package (security update 1): the exact version `apt-get download` fetches."""
 
 GOMOD_DIR = Path(__file__).parent / "gomod"
 """Committed wrapper modules (go.mod, go.sum, tools.go) for tools that `go install` cannot build."""
@@ -102,7 +108,38 @@ def _binary_name(package: str) -> str:
     return "etcd" if package.startswith("go.etcd.io/etcd/server") else go_binary_name(package)
 
 
-TOOLS: tuple[GoTool, ...] = (
+@dataclass(frozen=True)
+class DebTool:
+    """One cached tool taken from a Debian package: binaries unpacked into
+    `<cache>/<name>-<version>/bin`, the package itself never installed."""
+
+    name: str
+    version: str
+    """Upstream version; names the cache directory."""
+    package: str
+    package_version: str
+    """Exact Debian version (`apt-get download <package>=<package_version>`)."""
+    paths: tuple[str, ...]
+    """Binaries inside the package, relative to its root (`usr/bin/prometheus`)."""
+    estimated_minutes: int = 1
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.version}"
+
+    @property
+    def binaries(self) -> tuple[str, ...]:
+        return tuple(Path(path).name for path in self.paths)
+
+    @property
+    def pin(self) -> str:
+        return f"{self.package}={self.package_version}"
+
+
+Tool = GoTool | DebTool
+
+
+TOOLS: tuple[Tool, ...] = (
     GoTool(
         name="kubernetes",
         version=KUBERNETES_VERSION,
@@ -155,6 +192,14 @@ TOOLS: tuple[GoTool, ...] = (
         # Pure Go since v0.8; cgo would pull in the tokenizer bindings we never use.
         env=(("CGO_ENABLED", "0"),),
         estimated_minutes=6,
+    ),
+    DebTool(
+        name="prometheus",
+        version=PROMETHEUS_VERSION,
+        package="prometheus",
+        package_version=PROMETHEUS_DEB_VERSION,
+        # Go binaries linked against glibc only (>= 2.34): they run wherever bookworm's do.
+        paths=("usr/bin/prometheus", "usr/bin/promtool"),
     ),
 )
 
