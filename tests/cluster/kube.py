@@ -59,3 +59,27 @@ class Kube:
             time.sleep(interval)
             last = check()
         return last
+
+
+# InferenceService helpers shared by the operator and autoscaler tests.
+
+
+def condition(kube: Kube, ns: str, name: str, kind: str = "Ready") -> dict[str, Any]:
+    status = kube.get(f"inferenceservices.llmfleet.dev/{name}", "-n", ns).get("status", {})
+    found = [c for c in status.get("conditions", []) if c["type"] == kind]
+    return found[0] if found else {}
+
+
+def wait_ready(kube: Kube, ns: str, name: str, timeout: float = 90) -> None:
+    kube.wait_for(lambda: condition(kube, ns, name).get("status") == "True", timeout,
+                  f"{ns}/{name} Ready=True (now {condition(kube, ns, name)})")  # fmt: skip
+
+
+def serving_endpoints(kube: Kube, ns: str, service: str) -> list[str]:
+    slices = kube.get("endpointslices", "-n", ns, "-l", f"kubernetes.io/service-name={service}")
+    return sorted(
+        endpoint["targetRef"]["name"]
+        for item in slices["items"]
+        for endpoint in item.get("endpoints") or []
+        if endpoint.get("conditions", {}).get("ready")
+    )

@@ -15,7 +15,7 @@ import yaml
 from llmfleet.core.cluster.nodes import GPU_TYPES, gpu_node
 from llmfleet.crds import labels as L
 from llmfleet.crds import render
-from tests.cluster.kube import Kube
+from tests.cluster.kube import Kube, condition, serving_endpoints, wait_ready
 from tests.cluster.operator_process import OperatorProcess
 from tests.crds.cases import SAMPLES, SAMPLES_DIR
 
@@ -86,27 +86,6 @@ def add_node(kube: Kube, name: str, gpu_type: str, gpus: int = 8) -> None:
                  stdin=document)  # fmt: skip
     kube.kubectl("apply", "--server-side", "--field-manager=llmfleet-tests",
                  "--subresource=status", "-f", "-", stdin=document)  # fmt: skip
-
-
-def condition(kube: Kube, ns: str, name: str, kind: str = "Ready") -> dict[str, Any]:
-    status = kube.get(f"inferenceservices.llmfleet.dev/{name}", "-n", ns).get("status", {})
-    found = [c for c in status.get("conditions", []) if c["type"] == kind]
-    return found[0] if found else {}
-
-
-def wait_ready(kube: Kube, ns: str, name: str, timeout: float = 90) -> None:
-    kube.wait_for(lambda: condition(kube, ns, name).get("status") == "True", timeout,
-                  f"{ns}/{name} Ready=True (now {condition(kube, ns, name)})")  # fmt: skip
-
-
-def serving_endpoints(kube: Kube, ns: str, service: str) -> list[str]:
-    slices = kube.get("endpointslices", "-n", ns, "-l", f"kubernetes.io/service-name={service}")
-    return sorted(
-        endpoint["targetRef"]["name"]
-        for item in slices["items"]
-        for endpoint in item.get("endpoints") or []
-        if endpoint.get("conditions", {}).get("ready")
-    )
 
 
 def test_every_sample_becomes_ready_with_its_children(kube: Kube, ns_samples: str) -> None:

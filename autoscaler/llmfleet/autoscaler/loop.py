@@ -1,0 +1,195 @@
+"""One autoscaler pass: for every autoscaled InferenceService, read its pods and signals, run the
+policy, and write the decision to `status.autoscaling` (the operator acts on it).
+
+The policy's memory (`PolicyState`: rate averages, learnt corrections, scale-down timers) lives
+here, keyed by the service's uid, so a service deleted and created again starts afresh. A restart
+forgets it: the averages start again from the current rate and a due scale-down waits one more
+stabilisation window; the counts themselves are read back from `status.autoscaling`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from llmfleet.autoscaler.decision import Decision
+from llmfleet.autoscaler.inputs import (
+    PolicyConfig,
+    PolicyState,
+    PoolInputs,
+    PoolSignals,
+    ServiceInputs,
+)
+from llmfleet.autoscaler.kube import Kube
+from llmfleet.autoscaler.metrics import AutoscalerMetrics
+from llmfleet.autoscaler.pods import PodView, pool_pods
+from llmfleet.autoscaler.policy import decide
+from llmfleet.core.capacity_profile import CapacityProfile
+from llmfleet.crds.inference_service import AutoscalingStatus, InferenceServiceSpec
+
+log = logging.getLogger("llmfleet.autoscaler")
+
+
+class SignalSource(Protocol):
+    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
+        """Signals per pool of one service; a pool without series is absent. Raises when the
+        metrics backend cannot be asked (the caller then holds every pool)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    namespace: str
+    name: str
+    decision: Decision
+    written: bool
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _counts(status: AutoscalingStatus | None) -> object:
+    if status is None:
+        return None
+    pools = {name: (p.active, p.spares) for name, p in status.pools.items()}
+    return pools, status.limited, status.message
+
+
+class Autoscaler:
+    def __init__(
+        self,
+        kube: Kube,
+        signals: SignalSource,
+        metrics: AutoscalerMetrics,
+        *,
+        profiles: Mapping[str, CapacityProfile] | None = None,
+        config: PolicyConfig | None = None,
+        status_refresh_seconds: float = 60.0,
+    ) -> None:
+        self.kube = kube
+        self.signals = signals
+        self.metrics = metrics
+        self.profiles = dict(profiles or {})
+        self.config = config or PolicyConfig()
+        self.status_refresh_seconds = status_refresh_seconds
+        self.states: dict[str, PolicyState] = {}
+
+    def run_once(self, now: datetime) -> list[Outcome]:
+        started = time.perf_counter()
+        try:
+            services = self.kube.list_services()
+            pods = self.kube.list_pods()
+        except Exception:
+            self.metrics.errors.labels("list").inc()
+            raise
+        outcomes: list[Outcome] = []
+        seen: set[str] = set()
+        for body in services:
+            metadata = body["metadata"]
+            if metadata.get("deletionTimestamp"):
+                continue
+            spec_body = body.get("spec") or {}
+            if not (spec_body.get("autoscaling") or {}).get("enabled"):
+                continue
+            uid = str(metadata.get("uid", ""))
+            seen.add(uid)
+            key = (metadata["namespace"], metadata["name"])
+            try:
+                outcome = self._service(body, pods.get(key, []), now)
+            except Exception:
+                log.exception("autoscaling %s/%s failed", *key)
+                self.metrics.errors.labels("write").inc()
+                continue
+            if outcome is not None:
+                outcomes.append(outcome)
+        for uid in set(self.states) - seen:
+            del self.states[uid]
+        self.metrics.pass_seconds.observe(time.perf_counter() - started)
+        return outcomes
+
+    def _service(self, body: dict[str, Any], pods: list[PodView], now: datetime) -> Outcome | None:
+        metadata = body["metadata"]
+        namespace, name, uid = metadata["namespace"], metadata["name"], str(metadata.get("uid"))
+        try:
+            spec = InferenceServiceSpec.model_validate(body.get("spec", {}))
+            current_body = (body.get("status") or {}).get("autoscaling")
+            current = AutoscalingStatus.model_validate(current_body) if current_body else None
+        except ValidationError as error:
+            log.warning("skipping %s/%s: %s", namespace, name, error.errors()[0]["msg"])
+            return None
+
+        pools = list(spec.pools())
+        try:
+            signals: Mapping[str, PoolSignals] = self.signals.read(namespace, name, pools)
+            missing_cause = "no-series"
+        except Exception as error:  # the backend is down: every pool holds (fail-static)
+            log.warning("signals for %s/%s unavailable: %s", namespace, name, error)
+            self.metrics.errors.labels("signals").inc()
+            signals, missing_cause = {}, "unavailable"
+
+        profile = self.profiles.get(spec.model.name)
+        counted = pool_pods(spec, current, pods)
+        inputs = ServiceInputs(
+            spec=spec,
+            pools={pool: PoolInputs(counted[pool], signals.get(pool), profile) for pool in pools},
+        )
+        decision = decide(inputs, self.states.get(uid, PolicyState()), now, self.config)
+        self.states[uid] = decision.state
+
+        status = decision.status()
+        for pool, plan in decision.pools.items():
+            labels = (namespace, name, pool)
+            self.metrics.desired_replicas.labels(*labels).set(plan.active)
+            self.metrics.desired_spares.labels(*labels).set(plan.spares)
+            if pool not in signals:
+                self.metrics.signals_missing.labels(*labels, missing_cause).inc()
+        self.metrics.limited.labels(namespace, name).set(1 if decision.limited else 0)
+
+        last = _parse_time(current.last_decision_time) if current else None
+        due = last is None or (now - last).total_seconds() >= self.status_refresh_seconds
+        if _counts(current) == _counts(status) and not due:
+            return Outcome(namespace, name, decision, written=False)
+
+        wire: dict[str, Any] = status.to_wire()
+        gone = set(current.pools) - set(status.pools) if current else set()
+        wire["pools"] = {**wire.get("pools", {}), **dict.fromkeys(gone)}  # null removes a key
+        written = self.kube.write_autoscaling(namespace, name, wire)
+        if written:
+            self._report_changes(body, current, decision)
+        return Outcome(namespace, name, decision, written)
+
+    def _report_changes(
+        self, body: dict[str, Any], current: AutoscalingStatus | None, decision: Decision
+    ) -> None:
+        metadata = body["metadata"]
+        before = current.pools if current else {}
+        for pool, plan in decision.pools.items():
+            old = before.get(pool)
+            if old is None or old.active == plan.active:
+                continue
+            direction = "up" if plan.active > old.active else "down"
+            self.metrics.scale_events.labels(
+                metadata["namespace"], metadata["name"], pool, direction
+            ).inc()
+            message = f"{pool}: {old.active} -> {plan.active} serving replicas: {plan.reason}"
+            log.info("%s/%s %s", metadata["namespace"], metadata["name"], message)
+            try:
+                self.kube.event(body, "Scaled", message)
+            except Exception:  # an event is a courtesy; the decision is written already
+                log.exception("could not record the Scaled event")
+        if decision.limited and not (current and current.limited):
+            log.warning(
+                "%s/%s limited: %s", metadata["namespace"], metadata["name"], decision.message
+            )

@@ -1,0 +1,55 @@
+"""The autoscaler's own Prometheus metrics (served by `llmfleet autoscaler` on --metrics-port)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class AutoscalerMetrics:
+    """One set per process, on its own registry (no global state)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["namespace", "service", "pool"]
+        self.desired_replicas = Gauge(
+            "llmfleet_autoscaler_desired_replicas",
+            "Serving replicas the autoscaler last decided for a pool.",
+            labels,
+            registry=self.registry,
+        )
+        self.desired_spares = Gauge(
+            "llmfleet_autoscaler_desired_spares",
+            "Warm spares the autoscaler last decided for a pool.",
+            labels,
+            registry=self.registry,
+        )
+        self.scale_events = Counter(
+            "llmfleet_autoscaler_scale_events_total",
+            "Changes of a pool's serving replica count, by direction (up or down).",
+            [*labels, "direction"],
+            registry=self.registry,
+        )
+        self.limited = Gauge(
+            "llmfleet_autoscaler_limited",
+            "1 while the GPU budget or unschedulable pods stop a service's scale-up.",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.signals_missing = Counter(
+            "llmfleet_autoscaler_signals_missing_total",
+            "Decisions made without fresh metrics for a pool (the pool held its count).",
+            [*labels, "cause"],
+            registry=self.registry,
+        )
+        self.pass_seconds = Histogram(
+            "llmfleet_autoscaler_pass_seconds",
+            "Duration of one pass over every autoscaled service.",
+            buckets=(0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "llmfleet_autoscaler_errors_total",
+            "Passes or services that failed, by stage (list, signals, write).",
+            ["stage"],
+            registry=self.registry,
+        )

@@ -1,0 +1,30 @@
+"""Autoscaler settings, read from `LLMFLEET_AUTOSCALER_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AutoscalerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LLMFLEET_AUTOSCALER_", frozen=True)
+
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    """Prometheus to read the engines' metrics from (the Prometheus Operator's default
+    Service name)."""
+    namespaces: list[str] = []
+    """Namespaces whose InferenceServices to size; all namespaces when empty."""
+    interval_seconds: float = Field(default=15.0, gt=0)
+    """Seconds between passes: one Prometheus scrape interval, as the ServiceMonitor sets it."""
+    rate_window: str = "1m"
+    """PromQL range of the rates and latency quantiles (at least 4 scrape intervals)."""
+    status_refresh_seconds: float = Field(default=60.0, ge=0)
+    """Rewrite an unchanged decision this often so its reason and time stay current."""
+    profiles_dir: Path | None = None
+    """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
+    field_manager: str = "llmfleet-autoscaler"
+    metrics_port: int = Field(default=8081, ge=0, le=65535)
+    """Port of the autoscaler's /metrics endpoint (0: no endpoint)."""
+    metrics_host: str = "0.0.0.0"

@@ -1,0 +1,248 @@
+"""The autoscaler's pass without a cluster: pod counting, when it writes `status.autoscaling`
+and what, capacity profiles. The Kubernetes side stands behind `RecordingKube` (the real
+writes are checked against the API server in tests/cluster/test_autoscaler.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmfleet.autoscaler.inputs import PoolPods, PoolSignals
+from llmfleet.autoscaler.loop import Autoscaler
+from llmfleet.autoscaler.metrics import AutoscalerMetrics
+from llmfleet.autoscaler.pods import PodView, pool_pods
+from llmfleet.autoscaler.profiles import ProfileError, load_profiles
+from llmfleet.crds.inference_service import AutoscalingStatus
+from tests.autoscaler.builders import PROFILE, at, signals, spec
+
+# ---------------------------------------------------------------------------------------------
+# Counting pods
+
+
+def test_pods_are_counted_per_pool_without_spares_or_terminating_ones() -> None:
+    pods = [
+        PodView("decode", ready=True, serving=True),
+        PodView("decode", ready=True, serving=True),
+        PodView("decode", ready=True, serving=False),  # a warm spare or a draining pod
+        PodView("decode", ready=False, serving=False),  # starting
+        PodView("decode", ready=False, serving=True, unschedulable=True),
+        PodView("decode", ready=True, serving=True, terminating=True),
+        PodView("prefill", ready=True, serving=True),
+    ]
+    counted = pool_pods(spec(mode="Disaggregated", warm_spares=1), None, pods)
+    assert counted == {
+        "prefill": PoolPods(active=1, spares=1, ready=1, starting=0, unschedulable=0),
+        "decode": PoolPods(active=1, spares=1, ready=2, starting=1, unschedulable=1),
+    }
+
+
+@pytest.mark.parametrize(
+    ("decided", "expected"),
+    [
+        (None, (2, 2)),  # no decision yet: the spec's replicas and warm spares
+        ({"active": 3, "spares": 0}, (3, 0)),
+        ({"active": 9, "spares": 1}, (4, 1)),  # clamped to maxReplicas like the operator does
+        ({"active": 0, "spares": 1}, (2, 1)),  # and to minReplicas
+    ],
+)
+def test_targets_follow_the_last_decision_within_min_and_max(
+    decided: dict[str, int] | None, expected: tuple[int, int]
+) -> None:
+    service = spec(
+        pools={"unified": {"replicas": 2, "minReplicas": 2, "maxReplicas": 4}}, warm_spares=2
+    )
+    status = AutoscalingStatus.model_validate({"pools": {"unified": decided}}) if decided else None
+    counted = pool_pods(service, status, [])["unified"]
+    assert (counted.active, counted.spares) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass
+
+
+class RecordingKube:
+    """Stands in for the API server: holds service bodies and records the merge patches."""
+
+    def __init__(self, body: dict[str, Any], pods: list[PodView]) -> None:
+        self.body = body
+        self.pods = pods
+        self.writes: list[dict[str, Any]] = []
+        self.events: list[str] = []
+
+    def list_services(self) -> list[dict[str, Any]]:
+        return [self.body]
+
+    def list_pods(self) -> dict[tuple[str, str], list[PodView]]:
+        return {("ns", "svc"): self.pods}
+
+    def write_autoscaling(self, namespace: str, name: str, autoscaling: dict[str, Any]) -> bool:
+        assert (namespace, name) == ("ns", "svc")
+        self.writes.append(autoscaling)
+        # what a JSON merge patch does to the stored status (null removes a key)
+        status = self.body.setdefault("status", {})
+        merged = {**status.get("autoscaling", {}), **autoscaling}
+        merged["pools"] = {
+            k: v
+            for k, v in {
+                **status.get("autoscaling", {}).get("pools", {}),
+                **autoscaling["pools"],
+            }.items()
+            if v is not None
+        }
+        status["autoscaling"] = merged
+        return True
+
+    def event(self, service: dict[str, Any], reason: str, message: str) -> None:
+        self.events.append(f"{reason}: {message}")
+
+
+class Signals:
+    def __init__(self) -> None:
+        self.by_pool: dict[str, PoolSignals] = {}
+        self.down = False
+
+    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
+        if self.down:
+            raise ConnectionError("Prometheus at http://127.0.0.1:1 refused the connection")
+        return dict(self.by_pool)
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    service = spec(warm_spares=1, **overrides)
+    return {
+        "apiVersion": "llmfleet.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"namespace": "ns", "name": "svc", "uid": "u1"},
+        "spec": service.to_wire(),
+    }
+
+
+def serving(n: int, pool: str = "unified") -> list[PodView]:
+    return [PodView(pool, ready=True, serving=True) for _ in range(n)]
+
+
+def sample(scaler: Autoscaler, name: str, **labels: str) -> float | None:
+    return scaler.metrics.registry.get_sample_value(name, labels)
+
+
+def autoscaler(kube: RecordingKube, source: Signals, **kwargs: Any) -> Autoscaler:
+    return Autoscaler(
+        kube,  # type: ignore[arg-type]
+        source,
+        AutoscalerMetrics(),
+        profiles={PROFILE.model: PROFILE},
+        **kwargs,
+    )
+
+
+def test_a_load_step_writes_a_larger_count_with_its_reason_and_an_event() -> None:
+    kube, source = RecordingKube(body(), serving(1)), Signals()
+    scaler = autoscaler(kube, source)
+    source.by_pool["unified"] = signals(1.0, seconds=0)  # 10 streams: one replica
+    scaler.run_once(at(0))
+    assert kube.writes[-1]["pools"] == {
+        "unified": {
+            "active": 1,
+            "spares": 1,
+            "reason": kube.writes[-1]["pools"]["unified"]["reason"],
+        }
+    }
+    assert kube.events == []
+
+    source.by_pool["unified"] = signals(20.0, seconds=15)  # 200 streams at 64 a replica: 4
+    scaler.run_once(at(15))
+    decided = kube.writes[-1]["pools"]["unified"]
+    assert decided["active"] == 4
+    assert decided["reason"].startswith("scale up 1 -> 4")
+    assert kube.writes[-1]["lastDecisionTime"] == "2026-01-01T00:00:15Z"
+    assert kube.events == [f"Scaled: unified: 1 -> 4 serving replicas: {decided['reason']}"]
+    labels = {"namespace": "ns", "service": "svc", "pool": "unified", "direction": "up"}
+    assert sample(scaler, "llmfleet_autoscaler_scale_events_total", **labels) == 1
+
+
+def test_an_unchanged_decision_is_rewritten_only_when_the_refresh_is_due() -> None:
+    kube, source = RecordingKube(body(), serving(1)), Signals()
+    scaler = autoscaler(kube, source, status_refresh_seconds=60)
+    for second in (0, 15, 30, 45, 60, 75):
+        source.by_pool["unified"] = signals(1.0, seconds=second)
+        scaler.run_once(at(second))
+    times = [write["lastDecisionTime"] for write in kube.writes]
+    assert times == ["2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"]
+
+
+def test_prometheus_down_holds_every_count_and_is_counted() -> None:
+    kube, source = RecordingKube(body(), serving(1)), Signals()
+    scaler = autoscaler(kube, source, status_refresh_seconds=0)
+    source.by_pool["unified"] = signals(20.0, seconds=0)
+    scaler.run_once(at(0))
+    kube.pods = serving(4)
+    source.down = True
+    scaler.run_once(at(15))
+    decided = kube.writes[-1]["pools"]["unified"]
+    assert decided["active"] == 4
+    assert "holding 4" in decided["reason"]
+    assert "missing" in decided["reason"]
+    labels = {"namespace": "ns", "service": "svc", "pool": "unified", "cause": "unavailable"}
+    assert sample(scaler, "llmfleet_autoscaler_signals_missing_total", **labels) == 1
+    assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="signals") == 1
+
+
+def test_a_pool_that_no_longer_exists_is_removed_from_the_status() -> None:
+    kube, source = RecordingKube(body(mode="Disaggregated"), serving(1, "decode")), Signals()
+    scaler = autoscaler(kube, source)
+    scaler.run_once(at(0))
+    assert set(kube.body["status"]["autoscaling"]["pools"]) == {"prefill", "decode"}
+
+    kube.body["spec"] = body()["spec"]  # the service became Unified
+    scaler.run_once(at(15))
+    assert kube.writes[-1]["pools"]["prefill"] is None
+    assert set(kube.body["status"]["autoscaling"]["pools"]) == {"unified"}
+
+
+def test_services_without_autoscaling_or_with_an_invalid_spec_are_left_alone() -> None:
+    off = body()
+    off["spec"]["autoscaling"]["enabled"] = False
+    kube = RecordingKube(off, serving(1))
+    autoscaler(kube, Signals()).run_once(at(0))
+    broken = body()
+    broken["spec"]["topology"] = {"mode": "Disaggregated"}  # no prefill or decode pool
+    kube_broken = RecordingKube(broken, serving(1))
+    outcomes = autoscaler(kube_broken, Signals()).run_once(at(0))
+    assert (kube.writes, kube_broken.writes, outcomes) == ([], [], [])
+
+
+def test_the_budget_or_unschedulable_pods_set_limited_with_a_message() -> None:
+    kube = RecordingKube(body(gpu_budget=3), serving(1))
+    source = Signals()
+    source.by_pool["unified"] = signals(20.0, seconds=0)  # wants 4 + 1 spare, budget 3
+    scaler = autoscaler(kube, source)
+    scaler.run_once(at(0))
+    written = kube.writes[-1]
+    assert written["limited"] is True
+    assert "budget" in written["message"]
+    assert written["pools"]["unified"]["active"] + written["pools"]["unified"]["spares"] <= 3
+    assert sample(scaler, "llmfleet_autoscaler_limited", namespace="ns", service="svc") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity profiles
+
+
+def test_the_newest_profile_of_a_model_wins(tmp_path: Path) -> None:
+    old = PROFILE.model_copy(update={"measured_at": "2025-01-01T00:00:00Z"})
+    (tmp_path / "a.json").write_text(PROFILE.model_dump_json(by_alias=True))
+    (tmp_path / "b.json").write_text(old.model_dump_json(by_alias=True))
+    (tmp_path / "notes.txt").write_text("not a profile, not read")
+    assert load_profiles(tmp_path) == {PROFILE.model: PROFILE}
+    assert load_profiles(None) == {}
+
+
+def test_a_file_that_is_no_profile_is_named_in_the_error(tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text('{"model": "m"}')
+    with pytest.raises(ProfileError, match=r"broken\.json: not a capacity profile \(url: "):
+        load_profiles(tmp_path)
+    with pytest.raises(ProfileError, match="does not exist"):
+        load_profiles(tmp_path / "nowhere")
