@@ -60,6 +60,10 @@ class PoolSignals:
     """Mean KV-cache usage (0 to 1) over the ready pods."""
     ttft_p95_ms: float | None = None
     itl_p95_ms: float | None = None
+    preemption_rate: float | None = None
+    """Preemptions per second (KV cache full), all pods together; None when not exported."""
+    gpu_utilization: float | None = None
+    """Mean GPU utilisation (0 to 1) over the pool's GPUs where DCGM is scraped, else None."""
 
     def invalid(self) -> str:
         """The fields that are no number a load can have (NaN from a quantile over no samples,
@@ -74,6 +78,8 @@ class PoolSignals:
             "kv_cache_usage": self.kv_cache_usage,
             "ttft_p95_ms": self.ttft_p95_ms,
             "itl_p95_ms": self.itl_p95_ms,
+            "preemption_rate": self.preemption_rate,
+            "gpu_utilization": self.gpu_utilization,
         }
         return ", ".join(
             f"{name} = {value}"

@@ -1,0 +1,263 @@
+"""Every pool's `PoolSignals` from Prometheus (DESIGN.md §7), in one PromQL query per pass.
+
+Label contract. The engines' series carry `namespace`, `llmfleet_dev_service` and
+`llmfleet_dev_pool`: the ServiceMonitor's `podTargetLabels` (`llmfleet.dev/service`,
+`llmfleet.dev/pool`) become those, and the local cluster's file-based discovery sets the same.
+Metric names are vLLM's (llm-d-inference-sim exports the same names).
+
+One query, one HTTP call. Each signal is one PromQL expression aggregated by
+(namespace, service, pool); `label_replace` tags its result with `llmfleet_signal="<field>"` and
+`or` joins them all, so one `/api/v1/query` returns every signal of every pool of every service
+(or of one namespace / service), all evaluated at the same instant.
+
+Meaning of each field, and what absence means (`PoolSignals` documents units):
+- a pool is present when its engines' `vllm:num_requests_running` gauge is; otherwise it is
+  absent from the result and the policy holds it (fail-static);
+- `observed_at`: the newest sample's own timestamp (`timestamp()`), not the query time, so a
+  Prometheus that stopped scraping shows up as stale;
+- `request_rate`, `prompt_tokens_rate`: `rate()` of `vllm:request_success_total` (requests that
+  finished, every finish reason) and `vllm:prompt_tokens_total` over `rate_window`. A present pool
+  without these counters has counted nothing yet (the simulator creates them on its first
+  request): 0;
+- `mean_prompt_tokens`, `mean_output_tokens`: sum / count of the per-request histograms
+  `vllm:request_prompt_tokens` and `vllm:request_generation_tokens` over `mean_window` (request
+  sizes drift slowly, so a longer window than the rates'); 0 when no request finished in it;
+- `running`, `waiting`: sums of the gauges over the pool's pods;
+- `kv_cache_usage`: mean of `vllm:kv_cache_usage_perc` over the pool's *busy* pods (KV cache in
+  use or a request running or waiting). NOTE: warm spares are scraped too (the headless metrics
+  Service covers them) and Prometheus cannot tell them from serving pods, because `podTargetLabels`
+  does not carry `llmfleet.dev/serving`. A spare holds no KV cache and no request, so it drops out
+  here instead of diluting the mean that the policy multiplies by its ready *serving* pods. An idle
+  serving pod drops out as well, which errs towards more replicas and only matters while the
+  pool's other pods are busy. 0 when no pod is busy; None when the gauge is not exported;
+- `ttft_p95_ms`, `itl_p95_ms`: `histogram_quantile` over the pool's summed bucket rates of
+  `vllm:time_to_first_token_seconds` and `vllm:inter_token_latency_seconds` (falling back to
+  `vllm:time_per_output_token_seconds`, vLLM's name before 0.10), in ms. The quantile is
+  interpolated inside a bucket: its resolution is the bucket's width. None when no request was
+  measured within `rate_window` (PromQL's NaN);
+- `preemption_rate`: `rate()` of `vllm:num_preemptions_total`; None when not exported (the
+  simulator does not);
+- `gpu_utilization`: mean `DCGM_FI_DEV_GPU_UTIL` / 100 over the pool's GPUs, joined on
+  (namespace, pod): dcgm-exporter in Kubernetes mode labels each GPU with the pod using it (scrape
+  it with `honorLabels: true`), and the engines' series carry `pod` (the Prometheus Operator adds
+  it). None without DCGM.
+
+Rate window vs scrape interval: `rate()` needs two samples inside its window, so the window must
+span at least two scrapes and should span four, so that one missed scrape never empties it: 1m
+for the common 15 s interval (the default), a few seconds in tests that scrape every second. A
+longer window smooths more and reacts later; the policy's own averages do the smoothing.
+
+Unreachable Prometheus, an HTTP error or a malformed answer raise `SignalsUnavailable`; the
+caller turns that into `signals=None` for every pool with a logged reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+from llmfleet.autoscaler.inputs import PoolSignals
+
+NAMESPACE_LABEL = "namespace"
+SERVICE_LABEL = "llmfleet_dev_service"
+"""`llmfleet.dev/service` as Prometheus spells a pod target label."""
+POOL_LABEL = "llmfleet_dev_pool"
+SIGNAL_LABEL = "llmfleet_signal"
+"""Added to each signal's result to tell them apart in the combined answer."""
+
+_BY = f"{NAMESPACE_LABEL}, {SERVICE_LABEL}, {POOL_LABEL}"
+_DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
+
+
+class SignalsUnavailable(Exception):
+    """Prometheus could not be asked (unreachable, an HTTP error, a malformed answer)."""
+
+
+@dataclass(frozen=True, order=True)
+class PoolKey:
+    namespace: str
+    service: str
+    pool: str
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    rate_window: str = "1m"
+    """Range of the rates and latency quantiles: at least 4 scrape intervals."""
+    mean_window: str = "5m"
+    """Range of the mean request sizes."""
+    quantile: float = 0.95
+
+    def __post_init__(self) -> None:
+        for name in ("rate_window", "mean_window"):
+            if not _DURATION.fullmatch(getattr(self, name)):
+                raise ValueError(
+                    f"{name} must be a Prometheus duration such as 1m or 30s, "
+                    f"got {getattr(self, name)!r}"
+                )
+        if not 0 < self.quantile < 1:
+            raise ValueError(f"quantile must be between 0 and 1, got {self.quantile}")
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def matchers(namespace: str | None = None, service: str | None = None) -> str:
+    """The label matchers every engine series is selected with (pure)."""
+    parts = [f'{SERVICE_LABEL}!=""']
+    if namespace is not None:
+        parts.append(f"{NAMESPACE_LABEL}={_quote(namespace)}")
+    if service is not None:
+        parts.append(f"{SERVICE_LABEL}={_quote(service)}")
+    return ",".join(parts)
+
+
+def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
+    """One PromQL expression per signal, each aggregated by (namespace, service, pool) (pure)."""
+    w, mw, q = options.rate_window, options.mean_window, options.quantile
+
+    def rate(metric: str) -> str:
+        return f"sum by ({_BY}) (rate({metric}{{{match}}}[{w}]))"
+
+    def mean(histogram: str) -> str:
+        return (
+            f"sum by ({_BY}) (increase({histogram}_sum{{{match}}}[{mw}]))"
+            f" / sum by ({_BY}) (increase({histogram}_count{{{match}}}[{mw}]))"
+        )
+
+    def p(histogram: str) -> str:
+        buckets = f"rate({histogram}_bucket{{{match}}}[{w}])"
+        return f"histogram_quantile({q}, sum by ({_BY}, le) ({buckets}))"
+
+    def per_pod(metric: str) -> str:
+        return f"sum by ({_BY}, instance) ({metric}{{{match}}})"
+
+    kv = f"vllm:kv_cache_usage_perc{{{match}}}"
+    busy = (
+        f"({per_pod('vllm:kv_cache_usage_perc')} > 0)"
+        f" or ({per_pod('vllm:num_requests_running')}"
+        f" + {per_pod('vllm:num_requests_waiting')} > 0)"
+    )
+    pod_labels = f"namespace, pod, {SERVICE_LABEL}, {POOL_LABEL}"
+    pods = f"max by ({pod_labels}) (vllm:num_requests_running{{{match}}})"
+    return {
+        "observed_at": f"max by ({_BY}) (timestamp(vllm:num_requests_running{{{match}}}))",
+        "request_rate": rate("vllm:request_success_total"),
+        "prompt_tokens_rate": rate("vllm:prompt_tokens_total"),
+        "mean_prompt_tokens": mean("vllm:request_prompt_tokens"),
+        "mean_output_tokens": mean("vllm:request_generation_tokens"),
+        "running": f"sum by ({_BY}) (vllm:num_requests_running{{{match}}})",
+        "waiting": f"sum by ({_BY}) (vllm:num_requests_waiting{{{match}}})",
+        "kv_cache_usage": (
+            f"(sum by ({_BY}) ({kv}) / count by ({_BY}) ({busy})) or (0 * sum by ({_BY}) ({kv}))"
+        ),
+        "ttft_p95_ms": f"{p('vllm:time_to_first_token_seconds')} * 1000",
+        "itl_p95_ms": (
+            f"({p('vllm:inter_token_latency_seconds')}"
+            f" or {p('vllm:time_per_output_token_seconds')}) * 1000"
+        ),
+        "preemption_rate": rate("vllm:num_preemptions_total"),
+        "gpu_utilization": (
+            f"avg by ({_BY}) (DCGM_FI_DEV_GPU_UTIL * on (namespace, pod)"
+            f" group_left ({SERVICE_LABEL}, {POOL_LABEL}) (0 * {pods} + 1)) / 100"
+        ),
+    }
+
+
+def combined_query(queries: Mapping[str, str]) -> str:
+    """All signals in one expression, each result tagged with `llmfleet_signal` (pure)."""
+    return "\nor\n".join(
+        f'label_replace({query}, "{SIGNAL_LABEL}", "{name}", "", "")'
+        for name, query in queries.items()
+    )
+
+
+def _number(value: float | None) -> float | None:
+    """None for a missing value or PromQL's NaN (a quantile or mean over no samples)."""
+    return None if value is None or math.isnan(value) else value
+
+
+def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
+    """PoolSignals per present pool from the combined query's vector result (pure)."""
+    values: dict[PoolKey, dict[str, float]] = {}
+    for sample in result:
+        labels = sample["metric"]
+        key = PoolKey(
+            labels.get(NAMESPACE_LABEL, ""), labels.get(SERVICE_LABEL, ""), labels[POOL_LABEL]
+        )
+        values.setdefault(key, {})[labels[SIGNAL_LABEL]] = float(sample["value"][1])
+    pools: dict[PoolKey, PoolSignals] = {}
+    for key, found in sorted(values.items()):
+        if "observed_at" not in found:
+            continue  # DCGM or stray series without the engines' gauge: not a pool we can size
+        pools[key] = PoolSignals(
+            observed_at=datetime.fromtimestamp(found["observed_at"], tz=UTC),
+            request_rate=found.get("request_rate", 0.0),
+            prompt_tokens_rate=found.get("prompt_tokens_rate", 0.0),
+            mean_prompt_tokens=_number(found.get("mean_prompt_tokens")) or 0.0,
+            mean_output_tokens=_number(found.get("mean_output_tokens")) or 0.0,
+            running=found.get("running", 0.0),
+            waiting=found.get("waiting", 0.0),
+            kv_cache_usage=_number(found.get("kv_cache_usage")),
+            ttft_p95_ms=_number(found.get("ttft_p95_ms")),
+            itl_p95_ms=_number(found.get("itl_p95_ms")),
+            preemption_rate=_number(found.get("preemption_rate")),
+            gpu_utilization=_number(found.get("gpu_utilization")),
+        )
+    return pools
+
+
+class PrometheusSignals:
+    """Reads PoolSignals from the Prometheus at `url`; one HTTP call per `read_all` / `read`.
+
+    No retries inside a call (the next pass is the retry) and a `timeout_s` per call, so an
+    unreachable Prometheus costs one pass at most `timeout_s`, never a backoff sequence.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        rate_window: str = "1m",
+        mean_window: str = "5m",
+        quantile: float = 0.95,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.options = QueryOptions(rate_window, mean_window, quantile)
+        self._client = PrometheusConnect(
+            self.url, retry=Retry(total=0, raise_on_status=False), timeout=timeout_s
+        )
+
+    def read_all(
+        self, namespace: str | None = None, service: str | None = None
+    ) -> dict[PoolKey, PoolSignals]:
+        """Every present pool (of one namespace / service when given), in one HTTP call."""
+        query = combined_query(signal_queries(self.options, matchers(namespace, service)))
+        try:
+            result = self._client.custom_query(query)
+            return parse(result)
+        except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:
+            # OSError covers requests' errors (connection refused, timeout, bad JSON).
+            raise SignalsUnavailable(f"Prometheus at {self.url}: {error}") from error
+
+    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
+        """Signals per pool of one service (one HTTP call); a pool without series is absent."""
+        found = self.read_all(namespace, service)
+        return {
+            key.pool: signals
+            for key, signals in found.items()
+            if key.pool in pools and (key.namespace, key.service) == (namespace, service)
+        }
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,227 @@
+"""A real Prometheus scraping simulator engines on 127.0.0.1, for tests of the signals layer.
+
+    with Prometheus(prometheus_binary, tmp_path) as prom, engines(...) as started:
+        prom.set_targets(started)
+        prom.wait_scraped(started)
+        PrometheusSignals(prom.url, rate_window="5s").read_all()
+
+Prometheus scrapes every second (`scrape_interval`) the targets listed in file-based service
+discovery files: `engines.json` (job `engines`, the target's labels added to its series, as the
+ServiceMonitor's podTargetLabels do) and `exporters.json` (job `exporters`, `honor_labels`, for
+stand-ins of exporters such as DCGM's that label series with the pod they describe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.net import free_port, status, wait_for
+from tests.runtime.processes import sim_command, stop
+
+
+@dataclass(frozen=True)
+class Target:
+    """Something Prometheus scrapes: `host:port` and the labels its series get."""
+
+    address: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class Engine:
+    """One llm-d-inference-sim process on a free port, labelled as a pod of one pool."""
+
+    def __init__(
+        self,
+        binary: Path,
+        *,
+        namespace: str,
+        service: str,
+        pool: str,
+        pod: str | None = None,
+        model: str = "m",
+        flags: Sequence[str] = (),
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.model = model
+        self.pod = pod or f"{service}-{pool}-{self.port}"
+        self.target = Target(
+            f"127.0.0.1:{self.port}",
+            {
+                "namespace": namespace,
+                "llmfleet_dev_service": service,
+                "llmfleet_dev_pool": pool,
+                "pod": self.pod,
+            },
+        )
+        # POD_IP: the simulator's KV-cache events need it when --enable-kvcache is given.
+        self.process = subprocess.Popen(
+            sim_command(binary, self.port, model, *flags),
+            env={**os.environ, "POD_IP": "127.0.0.1"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(lambda: status(f"{self.url}/health/ready") == 200 or None, 20, "the engine")
+        except AssertionError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop(self.process)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    namespace: str
+    service: str
+    pool: str
+    flags: tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def engines(binary: Path, *specs: EngineSpec) -> Iterator[list[Engine]]:
+    """One Engine per spec, all stopped when the block ends."""
+    started: list[Engine] = []
+    try:
+        for spec in specs:
+            started.append(
+                Engine(
+                    binary,
+                    namespace=spec.namespace,
+                    service=spec.service,
+                    pool=spec.pool,
+                    flags=spec.flags,
+                )
+            )
+        yield started
+    finally:
+        for engine in started:
+            engine.stop()
+
+
+class Prometheus:
+    """Prometheus on 127.0.0.1:<free port> with its storage in `directory`; a context manager
+    that stops it (and checks its port is free again) on exit."""
+
+    def __init__(
+        self,
+        binary: Path,
+        directory: Path,
+        *,
+        scrape_interval: str = "1s",
+        lifecycle: bool = False,
+    ) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.scrape_interval = scrape_interval
+        self.lifecycle = lifecycle
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _config(self) -> dict[str, object]:
+        def job(name: str, honor_labels: bool) -> dict[str, object]:
+            return {
+                "job_name": name,
+                "honor_labels": honor_labels,
+                "file_sd_configs": [
+                    {"files": [str(self.directory / f"{name}.json")], "refresh_interval": "1s"}
+                ],
+            }
+
+        return {
+            "global": {
+                "scrape_interval": self.scrape_interval,
+                "scrape_timeout": self.scrape_interval,
+                "evaluation_interval": self.scrape_interval,
+            },
+            "scrape_configs": [job("engines", False), job("exporters", True)],
+        }
+
+    def start(self) -> Prometheus:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name in ("engines", "exporters"):
+            self._write_targets(name, [])
+        config = self.directory / "prometheus.yml"
+        config.write_text(yaml.safe_dump(self._config()))
+        argv = [
+            str(self.binary),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=warn",
+        ]
+        if self.lifecycle:
+            argv.append("--web.enable-lifecycle")
+        log = (self.directory / "prometheus.log").open("wb")
+        self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        try:
+            wait_for(lambda: self._ready() or None, 30, "Prometheus to be ready")
+        except AssertionError:
+            self.stop()
+            raise AssertionError(self.log_tail()) from None
+        return self
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"Prometheus exited: {self.log_tail()}")
+        return status(f"{self.url}/-/ready") == 200
+
+    def log_tail(self) -> str:
+        path = self.directory / "prometheus.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
+    def _write_targets(self, name: str, targets: Sequence[Target]) -> None:
+        groups = [{"targets": [target.address], "labels": target.labels} for target in targets]
+        path = self.directory / f"{name}.json"
+        partial = path.with_suffix(".json.tmp")
+        partial.write_text(json.dumps(groups))
+        partial.replace(path)  # atomic: Prometheus never reads half a file
+
+    def set_targets(self, engines: Sequence[Engine], exporters: Sequence[Target] = ()) -> None:
+        """Replace what Prometheus scrapes (picked up within about a second)."""
+        self._write_targets("engines", [engine.target for engine in engines])
+        self._write_targets("exporters", exporters)
+
+    def wait_scraped(self, engines: Sequence[Engine], timeout: float = 15) -> None:
+        """Until every engine's target is up and its gauge is queryable."""
+        wanted = {engine.target.address for engine in engines}
+
+        def check() -> bool | None:
+            response = httpx.get(f"{self.url}/api/v1/query", params={"query": "up == 1"})
+            up = {sample["metric"]["instance"] for sample in response.json()["data"]["result"]}
+            return True if wanted <= up else None
+
+        wait_for(check, timeout, f"Prometheus to scrape {sorted(wanted)}")
+
+    def stop(self) -> None:
+        """SIGTERM (Prometheus flushes and exits), SIGKILL after 10 s; then the port is free."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                stop(self.process)
+        self.process = None
+        wait_for(lambda: status(f"{self.url}/-/ready") is None or None, 5, "the port to close")
+
+    def __enter__(self) -> Prometheus:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
