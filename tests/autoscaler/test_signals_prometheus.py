@@ -1,0 +1,238 @@
+"""PoolSignals read from a real Prometheus scraping real simulator engines under known load.
+
+The simulator records its configured latencies exactly (TTFT 100 ms, ITL 25 ms), so the p95s
+are what `histogram_quantile` interpolates inside vLLM's buckets: (0.08, 0.1] gives 99 ms and
+(0.01, 0.025] gives 24.25 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmfleet.autoscaler.inputs import PoolSignals
+from llmfleet.autoscaler.signals import PoolKey, PrometheusSignals, SignalsUnavailable
+from tests.autoscaler.prom import Engine, EngineSpec, Prometheus, Target, engines
+from tests.net import wait_for
+
+LATENCY = ("--time-to-first-token", "100ms", "--inter-token-latency", "25ms")
+DECODE = EngineSpec("ns", "chat", "decode", (*LATENCY, "--max-num-seqs", "2", "--enable-kvcache"))
+PREFILL = EngineSpec("ns", "chat", "prefill", LATENCY)
+PROMPT = "the quick brown fox jumps over the lazy dog " * 8
+WINDOW_S = 5
+
+
+@dataclass
+class Load:
+    """Closed-loop chat completions from `workers` threads, round-robin over the engines."""
+
+    engines: list[Engine]
+    workers: int = 6
+    done: list[tuple[float, int, int]] = field(default_factory=list)
+    """(finished at, prompt tokens, completion tokens) per request."""
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def _work(self, index: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            sent = index
+            while not self.stop.is_set():
+                engine = self.engines[sent % len(self.engines)]
+                sent += 1
+                body = {
+                    "model": engine.model,
+                    "messages": [{"role": "user", "content": PROMPT}],
+                    "max_tokens": 6,
+                }
+                response = client.post(f"{engine.url}/v1/chat/completions", json=body)
+                response.raise_for_status()
+                usage = response.json()["usage"]
+                self.done.append(
+                    (time.monotonic(), usage["prompt_tokens"], usage["completion_tokens"])
+                )
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Load]:
+        threads = [threading.Thread(target=self._work, args=(i,)) for i in range(self.workers)]
+        for thread in threads:
+            thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+
+    def rate(self, since: float, until: float) -> float:
+        return sum(1 for at, _, _ in self.done if since <= at < until) / (until - since)
+
+
+def _read(signals: PrometheusSignals, pool: str) -> PoolSignals | None:
+    return signals.read("ns", "chat", ["decode", "prefill"]).get(pool)
+
+
+@dataclass
+class Measured:
+    load: Load
+    sent_rate: float
+    """Requests finished per second over the rate window that `during` covers."""
+    during: PoolSignals | None = None
+    busiest: PoolSignals | None = None
+    """The snapshot with the most waiting requests while the load ran."""
+
+
+def _drive(signals: PrometheusSignals, decode: list[Engine]) -> Measured:
+    """Run the load for a rate window and more, reading the decode pool twice a second."""
+    load = Load(decode)
+    busiest: PoolSignals | None = None
+    with load.running():
+        started_at = time.monotonic()
+        while time.monotonic() - started_at < WINDOW_S + 2:
+            snapshot = _read(signals, "decode")
+            if snapshot and snapshot.waiting > (busiest.waiting if busiest else -1):
+                busiest = snapshot
+            time.sleep(0.5)
+        during = _read(signals, "decode")
+        now = time.monotonic()
+        # Prometheus' newest sample is up to a scrape (1 s) behind.
+        sent_rate = load.rate(now - WINDOW_S - 1, now - 1)
+    return Measured(load, sent_rate, during, busiest)
+
+
+def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
+    prometheus: Prometheus, sim_binary: Path
+) -> None:
+    signals = PrometheusSignals(prometheus.url, rate_window=f"{WINDOW_S}s")
+    with engines(sim_binary, DECODE, DECODE, PREFILL) as started:
+        decode = started[:2]
+        prometheus.set_targets(started)
+        prometheus.wait_scraped(started)
+        # A first request creates the simulator's counters (a fresh one exports only gauges).
+        for engine in decode:
+            body = {"model": engine.model, "messages": [{"role": "user", "content": PROMPT}]}
+            httpx.post(f"{engine.url}/v1/chat/completions", json=body, timeout=30)
+        idle = wait_for(lambda: _read(signals, "prefill"), 10, "the idle pool's signals")
+        assert (idle.request_rate, idle.running, idle.ttft_p95_ms) == (0.0, 0.0, None)
+
+        measured = _drive(signals, decode)
+        time.sleep(1.5)  # one more scrape after the last request
+        after = _read(signals, "decode")
+        idle_after = _read(signals, "prefill")
+
+    load, sent_rate, during, busiest = (
+        measured.load, measured.sent_rate, measured.during, measured.busiest
+    )  # fmt: skip
+    assert during is not None
+    assert after is not None
+    assert busiest is not None
+    prompt_tokens = {prompt for _, prompt, _ in load.done}
+    assert len(prompt_tokens) == 1
+    prompt = prompt_tokens.pop()
+    mean_output = sum(out for _, _, out in load.done) / len(load.done)
+    print(  # the figures, for the report (pytest -s)
+        f"\nsent {len(load.done)} requests, {sent_rate:.1f}/s; during: {during}"
+        f"\nbusiest: {busiest}\nafter: {after}"
+    )
+
+    assert sent_rate > 3
+    assert during.request_rate == pytest.approx(sent_rate, rel=0.35)
+    assert during.prompt_tokens_rate == pytest.approx(during.request_rate * prompt, rel=0.2)
+    assert after.mean_prompt_tokens == pytest.approx(prompt)
+    assert after.mean_output_tokens == pytest.approx(mean_output, abs=0.6)
+    # 6 workers on 2 engines of 2 sequences each: 2 waiting at most moments.
+    assert busiest.running >= 2
+    assert busiest.waiting >= 1
+    assert busiest.kv_cache_usage is not None
+    assert 0 < busiest.kv_cache_usage <= 1
+    assert after.ttft_p95_ms is not None
+    assert 80 < after.ttft_p95_ms <= 100
+    assert after.itl_p95_ms is not None
+    assert 10 < after.itl_p95_ms <= 25
+    assert after.preemption_rate is None  # the simulator exports no preemption counter
+    assert after.gpu_utilization is None  # no DCGM here
+    age = (datetime.now(UTC) - after.observed_at).total_seconds()
+    assert 0 <= age < 3
+
+    assert idle_after is not None
+    assert (idle_after.request_rate, idle_after.prompt_tokens_rate) == (0.0, 0.0)
+    assert (idle_after.running, idle_after.waiting, idle_after.kv_cache_usage) == (0, 0, 0)
+    assert (idle_after.ttft_p95_ms, idle_after.itl_p95_ms) == (None, None)
+    assert idle_after.invalid() == ""
+
+
+class _Dcgm(BaseHTTPRequestHandler):
+    """A stand-in for dcgm-exporter: two GPUs of one pod, 70 % and 30 % busy."""
+
+    pod = ""
+
+    def do_GET(self) -> None:
+        labels = f'namespace="ns",pod="{self.pod}"'
+        body = "".join(
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="{gpu}",{labels}}} {value}\n'
+            for gpu, value in ((0, 70), (1, 30))
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_pools_without_series_are_absent_and_gpu_utilisation_joins_on_the_pod(
+    prometheus: Prometheus, sim_binary: Path
+) -> None:
+    signals = PrometheusSignals(prometheus.url, rate_window=f"{WINDOW_S}s")
+    with engines(sim_binary, EngineSpec("ns", "chat", "unified")) as started:
+        _Dcgm.pod = started[0].pod
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Dcgm)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            dcgm = Target(f"127.0.0.1:{server.server_address[1]}")
+            prometheus.set_targets(started, [dcgm])
+            prometheus.wait_scraped(started)
+
+            def joined() -> PoolSignals | None:
+                found = signals.read("ns", "chat", ["unified"]).get("unified")
+                return found if found and found.gpu_utilization is not None else None
+
+            unified = wait_for(joined, 10, "the GPU utilisation")
+            assert unified.gpu_utilization == pytest.approx(0.5)
+            assert signals.read("ns", "chat", ["prefill", "decode"]) == {}
+            assert signals.read("ns", "ghost", ["unified"]) == {}
+            assert signals.read("other", "chat", ["unified"]) == {}
+            assert list(signals.read_all()) == [PoolKey("ns", "chat", "unified")]
+
+            # Engines gone from discovery: their series are marked stale at once.
+            prometheus.set_targets([], [dcgm])
+            wait_for(lambda: signals.read_all() == {} or None, 10, "the pool to disappear")
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+
+
+def test_an_unreachable_prometheus_is_signals_unavailable(prometheus: Prometheus) -> None:
+    signals = PrometheusSignals(prometheus.url, timeout_s=2)
+    assert signals.read_all() == {}
+    prometheus.stop()
+    started = time.monotonic()
+    with pytest.raises(SignalsUnavailable, match=f"Prometheus at {prometheus.url}"):
+        signals.read_all()
+    assert time.monotonic() - started < 2  # refused at once, no retries with backoff
+
+
+def test_a_query_prometheus_refuses_is_signals_unavailable(prometheus: Prometheus) -> None:
+    signals = PrometheusSignals(prometheus.url, rate_window="5s", mean_window="0s")
+    with pytest.raises(SignalsUnavailable, match="400"):
+        signals.read_all()

@@ -1,0 +1,172 @@
+"""The signals layer's pure parts: label matchers, the PromQL per signal, parsing the answer."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from llmfleet.autoscaler.inputs import PoolSignals
+from llmfleet.autoscaler.signals import (
+    PoolKey,
+    QueryOptions,
+    combined_query,
+    matchers,
+    parse,
+    signal_queries,
+)
+
+BY = "namespace, llmfleet_dev_service, llmfleet_dev_pool"
+M = 'llmfleet_dev_service!=""'
+
+
+@pytest.mark.parametrize(
+    ("namespace", "service", "expected"),
+    [
+        pytest.param(None, None, M, id="every-service"),
+        pytest.param("ns", None, f'{M},namespace="ns"', id="one-namespace"),
+        pytest.param("ns", "chat", f'{M},namespace="ns",llmfleet_dev_service="chat"', id="one"),
+        pytest.param("n", 'a"b\\', f'{M},namespace="n",llmfleet_dev_service="a\\"b\\\\"', id="esc"),
+    ],
+)
+def test_matchers(namespace: str | None, service: str | None, expected: str) -> None:
+    assert matchers(namespace, service) == expected
+
+
+QUERIES = signal_queries(QueryOptions(rate_window="30s", mean_window="5m", quantile=0.9), M)
+
+
+@pytest.mark.parametrize(
+    ("signal", "expected"),
+    [
+        ("observed_at", f"max by ({BY}) (timestamp(vllm:num_requests_running{{{M}}}))"),
+        ("request_rate", f"sum by ({BY}) (rate(vllm:request_success_total{{{M}}}[30s]))"),
+        ("prompt_tokens_rate", f"sum by ({BY}) (rate(vllm:prompt_tokens_total{{{M}}}[30s]))"),
+        (
+            "mean_prompt_tokens",
+            f"sum by ({BY}) (increase(vllm:request_prompt_tokens_sum{{{M}}}[5m]))"
+            f" / sum by ({BY}) (increase(vllm:request_prompt_tokens_count{{{M}}}[5m]))",
+        ),
+        (
+            "mean_output_tokens",
+            f"sum by ({BY}) (increase(vllm:request_generation_tokens_sum{{{M}}}[5m]))"
+            f" / sum by ({BY}) (increase(vllm:request_generation_tokens_count{{{M}}}[5m]))",
+        ),
+        ("running", f"sum by ({BY}) (vllm:num_requests_running{{{M}}})"),
+        ("waiting", f"sum by ({BY}) (vllm:num_requests_waiting{{{M}}})"),
+        (
+            "ttft_p95_ms",
+            f"histogram_quantile(0.9, sum by ({BY}, le) "
+            f"(rate(vllm:time_to_first_token_seconds_bucket{{{M}}}[30s]))) * 1000",
+        ),
+        (
+            "itl_p95_ms",
+            f"(histogram_quantile(0.9, sum by ({BY}, le) "
+            f"(rate(vllm:inter_token_latency_seconds_bucket{{{M}}}[30s])))"
+            f" or histogram_quantile(0.9, sum by ({BY}, le) "
+            f"(rate(vllm:time_per_output_token_seconds_bucket{{{M}}}[30s])))) * 1000",
+        ),
+        ("preemption_rate", f"sum by ({BY}) (rate(vllm:num_preemptions_total{{{M}}}[30s]))"),
+    ],
+)
+def test_signal_queries(signal: str, expected: str) -> None:
+    assert QUERIES[signal] == expected
+
+
+def test_kv_usage_is_the_mean_over_busy_pods_and_zero_when_none_is() -> None:
+    query = QUERIES["kv_cache_usage"]
+    assert query.startswith(f"(sum by ({BY}) (vllm:kv_cache_usage_perc{{{M}}}) / count by ({BY})")
+    assert f"(sum by ({BY}, instance) (vllm:kv_cache_usage_perc{{{M}}}) > 0)" in query
+    assert query.endswith(f" or (0 * sum by ({BY}) (vllm:kv_cache_usage_perc{{{M}}}))")
+
+
+def test_gpu_utilisation_joins_dcgm_on_the_pod() -> None:
+    query = QUERIES["gpu_utilization"]
+    assert "DCGM_FI_DEV_GPU_UTIL * on (namespace, pod) group_left" in query
+    assert query.endswith("/ 100")
+
+
+def test_one_combined_query_tags_every_signal() -> None:
+    combined = combined_query(QUERIES)
+    assert combined.count("label_replace(") == len(QUERIES) == 12
+    assert combined.count("\nor\n") == len(QUERIES) - 1
+    assert (
+        "label_replace(sum by (namespace, llmfleet_dev_service, llmfleet_dev_pool) (rate("
+        in combined
+    )
+    assert '"llmfleet_signal", "request_rate", "", "")' in combined
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"rate_window": "1 minute"}, id="rate-window-words"),
+        pytest.param({"mean_window": ""}, id="empty-mean-window"),
+        pytest.param({"quantile": 1.0}, id="quantile-1"),
+    ],
+)
+def test_bad_options_are_refused(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(options))):
+        QueryOptions(**options)
+
+
+def sample(pool: str, signal: str, value: str, service: str = "chat") -> dict[str, Any]:
+    labels = {"namespace": "ns", "llmfleet_dev_service": service, "llmfleet_dev_pool": pool}
+    return {"metric": {**labels, "llmfleet_signal": signal}, "value": [1.8e9, value]}
+
+
+T = 1_800_000_000.5
+AT = datetime.fromtimestamp(T, tz=UTC)
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected"),
+    [
+        pytest.param([], {}, id="nothing-scraped"),
+        pytest.param([sample("decode", "request_rate", "3")], {}, id="no-gauge-no-pool"),
+        pytest.param(
+            [sample("decode", "observed_at", str(T))],
+            {"decode": PoolSignals(AT, 0.0, 0.0, 0.0, 0.0)},
+            id="fresh-engine-counted-nothing-yet",
+        ),
+        pytest.param(
+            [
+                sample("decode", "observed_at", str(T)),
+                sample("decode", "request_rate", "2.5"),
+                sample("decode", "prompt_tokens_rate", "250"),
+                sample("decode", "mean_prompt_tokens", "100"),
+                sample("decode", "mean_output_tokens", "NaN"),
+                sample("decode", "running", "4"),
+                sample("decode", "waiting", "1"),
+                sample("decode", "kv_cache_usage", "0.25"),
+                sample("decode", "ttft_p95_ms", "99"),
+                sample("decode", "itl_p95_ms", "NaN"),
+                sample("decode", "preemption_rate", "0"),
+                sample("decode", "gpu_utilization", "0.7"),
+            ],
+            {
+                "decode": PoolSignals(
+                    AT, 2.5, 250.0, 100.0, 0.0, 4.0, 1.0, 0.25, 99.0, None, 0.0, 0.7
+                )
+            },
+            id="every-signal-nan-mean-is-0-nan-quantile-none",
+        ),
+        pytest.param(
+            [sample("decode", "observed_at", str(T)), sample("prefill", "observed_at", str(T))],
+            {"decode": PoolSignals(AT, 0, 0, 0, 0), "prefill": PoolSignals(AT, 0, 0, 0, 0)},
+            id="two-pools",
+        ),
+    ],
+)
+def test_parse(samples: list[dict[str, Any]], expected: dict[str, PoolSignals]) -> None:
+    assert parse(samples) == {
+        PoolKey("ns", "chat", pool): value for pool, value in expected.items()
+    }
+
+
+def test_parse_keeps_services_apart() -> None:
+    parsed = parse([sample("unified", "observed_at", str(T), service=name) for name in "ab"])
+    assert sorted(parsed) == [PoolKey("ns", "a", "unified"), PoolKey("ns", "b", "unified")]
+    assert not math.isnan(parsed[PoolKey("ns", "a", "unified")].request_rate)
