@@ -1,0 +1,9 @@
+"""`llmfleet sim`: replay a request trace through a simulated fleet driven by the real routing
+plugins and the real autoscaling policy, against baseline autoscalers (issue 6 part 4).
+
+Modules: `traces` (Azure CSV, Mooncake JSONL), `model` (engine constants and their sources),
+`engine` (one vLLM engine), `fleet` (pods, spares, cold starts), `observe` (signals as
+Prometheus would give them), `run` (the replay loop), `ours` and `baselines` (who sizes the
+fleet), `profile` (the capacity profile and replica sizing), `compare` (all policies on one
+trace), `report` (tables, JSON, plots), `cli`.
+"""

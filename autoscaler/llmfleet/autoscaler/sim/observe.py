@@ -1,0 +1,147 @@
+"""What an autoscaler sees at a tick: the pool's signals measured the way production measures
+them (`autoscaler/signals.py`), from the simulated engines' records.
+
+- `request_rate`, `prompt_tokens_rate`: finished requests and prefilled prompt tokens over the
+  last `rate_window_s` (PromQL `rate(vllm:request_success_total[1m])`,
+  `rate(vllm:prompt_tokens_total[1m])`); `arrival_rate` and the arrival means are the gateway's
+  (frontend's) own counts over the same window;
+- `mean_prompt_tokens`, `mean_output_tokens`: over requests finished in `mean_window_s` (5m);
+- `running`, `waiting`: sums over the pool's engines now; `kv_cache_usage`: mean over busy
+  engines (as the production query does, so spares do not dilute it);
+- `ttft_p95_ms`, `itl_p95_ms`: exact 95th percentiles over the rate window (Prometheus would
+  interpolate inside histogram buckets); None when nothing was measured in it.
+
+The windows are cut at tick boundaries: `Meter.mark(now)` at every tick remembers how long each
+record list was, so a window is a slice, never a scan.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmfleet.autoscaler.sim.engine import Recorder
+from llmfleet.autoscaler.sim.fleet import Pod, PodState, Pool
+
+
+@dataclass(frozen=True)
+class PodView:
+    waiting: int
+    running: int
+    kv_usage: float
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float
+    request_rate: float
+    prompt_tokens_rate: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    arrival_rate: float
+    arrival_prompt_tokens: float
+    """Mean prompt tokens of the requests that arrived in the rate window (0 when none)."""
+    arrival_output_tokens: float
+    running: float
+    waiting: float
+    kv_cache_usage: float
+    ttft_p95_ms: float | None
+    itl_p95_ms: float | None
+    active: int
+    """Serving replicas the pool runs towards (the last decision)."""
+    spares: int
+    ready: int
+    """Pods serving now."""
+    starting: int
+    pods: tuple[PodView, ...]
+    """One per pod that takes traffic or finishes it (serving, promoting, draining)."""
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The q-quantile of `values` each counted `weights` times (lower value at a tie)."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    index = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
+    return float(values[order][min(index, len(order) - 1)])
+
+
+class Meter:
+    def __init__(self, recorder: Recorder, *, rate_window_s: float, mean_window_s: float) -> None:
+        self.recorder = recorder
+        self.rate_window_s = rate_window_s
+        self.mean_window_s = mean_window_s
+        self._times: list[float] = [0.0]
+        self._marks: list[tuple[int, int, int, int, int]] = [(0, 0, 0, 0, 0)]
+
+    def mark(self, now: float) -> None:
+        r = self.recorder
+        self._times.append(now)
+        self._marks.append(
+            (
+                len(r.itl_time),
+                len(r.first_time),
+                len(r.done_time),
+                len(r.prefill_time),
+                len(r.arrival_time),
+            )
+        )
+
+    def _since(self, start: float) -> tuple[float, tuple[int, int, int, int, int]]:
+        i = bisect.bisect_left(self._times, start - 1e-9)
+        i = min(i, len(self._times) - 1)
+        return self._times[i], self._marks[i]
+
+    def observe(self, now: float, pool: Pool) -> Observation:
+        """Signals at `now` (call `mark(now)` first)."""
+        r = self.recorder
+        since, (itl0, first0, done0, prefill0, arrival0) = self._since(now - self.rate_window_s)
+        span = max(now - since, 1e-9)
+        _, (_, _, done_mean0, _, _) = self._since(now - self.mean_window_s)
+        done = len(r.done_time) - done0
+        prompt_rate = sum(r.prefill_tokens[prefill0:]) / span
+        finished = len(r.done_time) - done_mean0
+        mean_prompt = sum(r.done_prompt[done_mean0:]) / finished if finished else 0.0
+        mean_output = sum(r.done_output[done_mean0:]) / finished if finished else 0.0
+        arrived = len(r.arrival_time) - arrival0
+        arrival_prompt = sum(r.arrival_prompt[arrival0:]) / arrived if arrived else 0.0
+        arrival_output = sum(r.arrival_output[arrival0:]) / arrived if arrived else 0.0
+        ttfts = r.first_ttft[first0:]
+        ttft_p95 = float(np.percentile(ttfts, 95)) * 1000.0 if ttfts else None
+        itl_p95 = None
+        if len(r.itl_value) > itl0:
+            itl_p95 = 1000.0 * weighted_quantile(
+                np.asarray(r.itl_value[itl0:]), np.asarray(r.itl_weight[itl0:]), 0.95
+            )
+        traffic = [
+            p
+            for p in pool.pods
+            if p.state in (PodState.SERVING, PodState.PROMOTING, PodState.DRAINING)
+        ]
+        busy = [p for p in pool.pods if p.engine.busy or p.engine.kv_used > 0]
+        kv = sum(p.engine.kv_usage for p in busy) / len(busy) if busy else 0.0
+        return Observation(
+            now=now,
+            request_rate=done / span,
+            prompt_tokens_rate=prompt_rate,
+            mean_prompt_tokens=mean_prompt,
+            mean_output_tokens=mean_output,
+            arrival_rate=arrived / span,
+            arrival_prompt_tokens=arrival_prompt,
+            arrival_output_tokens=arrival_output,
+            running=float(sum(len(p.engine.running) for p in traffic)),
+            waiting=float(sum(len(p.engine.waiting) for p in traffic)),
+            kv_cache_usage=kv,
+            ttft_p95_ms=ttft_p95,
+            itl_p95_ms=itl_p95,
+            active=pool.active,
+            spares=pool.spares,
+            ready=pool.count(PodState.SERVING),
+            starting=pool.count(PodState.STARTING),
+            pods=tuple(_view(p) for p in traffic),
+        )
+
+
+def _view(pod: Pod) -> PodView:
+    return PodView(len(pod.engine.waiting), len(pod.engine.running), pod.engine.kv_usage)

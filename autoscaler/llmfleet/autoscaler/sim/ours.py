@@ -1,0 +1,100 @@
+"""llmfleet's own policy in the simulator: the production `decide` on signals built from the
+simulated engines, with the engine's capacity profile and warm spares from the spec."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from llmfleet.autoscaler.inputs import (
+    PolicyConfig,
+    PolicyState,
+    PoolInputs,
+    PoolPods,
+    PoolSignals,
+    ServiceInputs,
+)
+from llmfleet.autoscaler.policy import decide
+from llmfleet.autoscaler.sim.observe import Observation
+from llmfleet.core.capacity_profile import CapacityProfile
+from llmfleet.crds.inference_service import InferenceServiceSpec
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+"""Simulated second 0 as the policy's wall clock."""
+
+
+def service_spec(
+    *,
+    ttft_ms: float,
+    itl_ms: float,
+    initial: int,
+    max_replicas: int,
+    warm_spares: int,
+    window_s: int = 300,
+    max_kv_cache_usage: float = 0.85,
+) -> InferenceServiceSpec:
+    """The InferenceService a user would write for this pool."""
+    return InferenceServiceSpec.model_validate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "runtime": {"gpu": {"type": "H100", "count": 1}},
+            "topology": {
+                "mode": "Unified",
+                "unified": {"replicas": initial, "minReplicas": 1, "maxReplicas": max_replicas},
+            },
+            "slo": {
+                "ttftP95Ms": ttft_ms,
+                "itlP95Ms": itl_ms,
+                "maxKvCacheUsage": max_kv_cache_usage,
+            },
+            "autoscaling": {
+                "enabled": True,
+                "warmSpares": warm_spares,
+                "scaleDownStabilizationSeconds": window_s,
+            },
+        }
+    )
+
+
+class OurPolicy:
+    name = "llmfleet"
+
+    def __init__(
+        self,
+        spec: InferenceServiceSpec,
+        profile: CapacityProfile,
+        config: PolicyConfig | None = None,
+    ) -> None:
+        self.spec = spec
+        self.profile = profile
+        self.config = config or PolicyConfig()
+        self.state = PolicyState()
+
+    def start(self) -> tuple[int, int]:
+        pool = self.spec.pools()["unified"]
+        return pool.replicas, self.spec.autoscaling.warm_spares
+
+    def decide(self, observation: Observation) -> tuple[int, int]:
+        now = T0 + timedelta(seconds=observation.now)
+        signals = PoolSignals(
+            observed_at=now,
+            request_rate=observation.request_rate,
+            prompt_tokens_rate=observation.prompt_tokens_rate,
+            mean_prompt_tokens=observation.mean_prompt_tokens,
+            mean_output_tokens=observation.mean_output_tokens,
+            running=observation.running,
+            waiting=observation.waiting,
+            kv_cache_usage=observation.kv_cache_usage,
+            ttft_p95_ms=observation.ttft_p95_ms,
+            itl_p95_ms=observation.itl_p95_ms,
+        )
+        pods = PoolPods(
+            active=observation.active,
+            spares=observation.spares,
+            ready=observation.ready,
+            starting=observation.starting,
+        )
+        inputs = ServiceInputs(self.spec, {"unified": PoolInputs(pods, signals, self.profile)})
+        decision = decide(inputs, self.state, now, self.config)
+        self.state = decision.state
+        pool = decision.pools["unified"]
+        return pool.active, pool.spares

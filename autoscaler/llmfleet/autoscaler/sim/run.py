@@ -1,0 +1,219 @@
+"""The replay loop: arrivals, autoscaler ticks and pod transitions in time order.
+
+Every event first advances every engine to its time, so routing and signals see the fleet as it
+is then. Requests go through the gateway's own routing pipeline (`llmfleet.gateway.routing`,
+the `prefix-load` profile): candidates are the serving pods with their queue, running count, KV
+usage and in-flight requests and tokens, read at the moment of routing (the gateway's in-flight
+counts are always current; its scraped figures would lag by up to a scrape). A Mooncake request's
+prefix key is the hash of its first 512-token block, the span the gateway hashes (8 blocks of 256
+characters, ~4 characters a token); Azure requests have none, so only the load scorers decide.
+With no pod serving the gateway holds requests until one is.
+
+GPU-hours integrate the pods that exist from time 0 to the trace's last arrival (the same span for
+every policy); requests still running then are followed to the end (at most `drain_s`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmfleet.autoscaler.sim.controller import Controller
+from llmfleet.autoscaler.sim.engine import Recorder, Seq
+from llmfleet.autoscaler.sim.fleet import Pool, PodState
+from llmfleet.autoscaler.sim.model import EngineModel
+from llmfleet.autoscaler.sim.observe import Meter
+from llmfleet.autoscaler.sim.traces import Trace
+from llmfleet.gateway.routing.base import Candidate, RoutingRequest
+from llmfleet.gateway.routing.prefix_affinity import stable_hash
+from llmfleet.gateway.routing.registry import PluginOptions, Scheduler
+
+PREFIX_LOAD: Mapping[str, float] = {
+    "prefix-affinity": 3.0,
+    "queue-depth": 2.0,
+    "kv-cache": 1.0,
+    "inflight-tokens": 1.0,
+}
+"""The gateway's default `prefix-load` profile (gateway settings `DEFAULT_PROFILES`)."""
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_ms: float
+    itl_ms: float
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    slo: Slo
+    model: EngineModel = field(default_factory=EngineModel)
+    tick_s: float = 15.0
+    """Autoscaler pass and Prometheus scrape interval."""
+    rate_window_s: float = 60.0
+    mean_window_s: float = 300.0
+    drain_s: float = 900.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    t: float
+    arrival_rate: float
+    prompt_tokens_rate: float
+    active: int
+    serving: int
+    pods: int
+    ttft_p95_ms: float | None
+    itl_p95_ms: float | None
+
+
+@dataclass
+class RunResult:
+    policy: str
+    ttft_s: np.ndarray
+    """Per request; inf for one that never got a first token."""
+    tpot_s: np.ndarray
+    """Per request: mean gap between its tokens; 0 for one-token answers, inf when unfinished."""
+    itl_values: np.ndarray
+    itl_weights: np.ndarray
+    gpu_hours: float
+    scale_events: int
+    pods_created: int
+    preemptions: int
+    prefix_hit_share: float
+    timeline: list[TimelinePoint]
+    wall_s: float
+
+
+def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> RunResult:
+    started = time.perf_counter()
+    recorder = Recorder()
+    model = settings.model
+    prefix = any(r.blocks for r in trace.requests)
+    active, spares = controller.start()
+    pool = Pool(model, recorder, prefix_cache=prefix, active=active, spares=spares)
+    router = Scheduler.build(
+        ["healthy"], PREFIX_LOAD, "max-score", PluginOptions(seed=settings.seed)
+    )
+    meter = Meter(
+        recorder, rate_window_s=settings.rate_window_s, mean_window_s=settings.mean_window_s
+    )
+    seqs = [Seq(r) for r in trace.requests]
+    keys = [stable_hash(str(r.blocks[0]).encode()) if r.blocks else None for r in trace.requests]
+    held: deque[int] = deque()
+
+    def route(index: int, now: float) -> None:
+        serving = pool.serving()
+        if not serving:
+            held.append(index)
+            return
+        seq = seqs[index]
+        candidates = [
+            Candidate(
+                url=p.name,
+                waiting=float(len(p.engine.waiting)),
+                running=float(len(p.engine.running)),
+                kv_usage=p.engine.kv_usage,
+                in_flight=p.engine.in_flight,
+                in_flight_tokens=p.engine.in_flight_tokens,
+            )
+            for p in serving
+        ]
+        chosen = router.pick(RoutingRequest("sim", keys[index], seq.tokens), candidates)
+        assert chosen is not None
+        pod = next(p for p in serving if p.name == chosen.url)
+        pod.engine.add(seq, now)
+
+    def flush(now: float) -> None:
+        while held and pool.serving():
+            route(held.popleft(), now)
+
+    pool.on_serving = flush
+    timeline: list[TimelinePoint] = []
+    duration = trace.duration
+    gpu_seconds: float | None = None
+    n = len(seqs)
+    i = 0
+    next_tick = settings.tick_s
+    while True:
+        t_arrival = trace.requests[i].arrival if i < n else math.inf
+        now = min(t_arrival, next_tick, pool.next_event())
+        if i >= n and not held and not any(p.engine.busy for p in pool.pods):
+            break
+        if now > duration + settings.drain_s:
+            break
+        if gpu_seconds is None and now >= duration:
+            pool.account(duration)
+            gpu_seconds = pool.gpu_seconds
+        for pod in pool.pods:
+            pod.engine.advance(now)
+        if now == t_arrival:
+            recorder.arrival_time.append(now)
+            recorder.arrival_prompt.append(trace.requests[i].prompt_tokens)
+            recorder.arrival_output.append(trace.requests[i].output_tokens)
+            route(i, now)
+            i += 1
+            continue
+        if now == next_tick:
+            next_tick += settings.tick_s
+            meter.mark(now)
+            observation = meter.observe(now, pool)
+            active, spares = controller.decide(observation)
+            pool.set_target(active, spares, now)
+            timeline.append(
+                TimelinePoint(
+                    now,
+                    observation.arrival_rate,
+                    observation.prompt_tokens_rate,
+                    pool.active,
+                    pool.count(PodState.SERVING),
+                    len(pool.pods),
+                    observation.ttft_p95_ms,
+                    observation.itl_p95_ms,
+                )
+            )
+        else:
+            pool.reconcile(now)
+    if gpu_seconds is None:
+        pool.account(duration)
+        gpu_seconds = pool.gpu_seconds
+    return _result(controller.name, seqs, recorder, pool, timeline, gpu_seconds, started)
+
+
+def _result(
+    name: str,
+    seqs: list[Seq],
+    recorder: Recorder,
+    pool: Pool,
+    timeline: list[TimelinePoint],
+    gpu_seconds: float,
+    started: float,
+) -> RunResult:
+    ttft = np.array([s.first_token - s.request.arrival for s in seqs])
+    tpot = np.array(
+        [
+            math.inf
+            if s.finish == math.inf
+            else (s.finish - s.first_token) / max(s.request.output_tokens - 1, 1)
+            for s in seqs
+        ]
+    )
+    return RunResult(
+        policy=name,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        itl_values=np.asarray(recorder.itl_value, dtype=float),
+        itl_weights=np.asarray(recorder.itl_weight, dtype=float),
+        gpu_hours=gpu_seconds / 3600.0,
+        scale_events=pool.scale_events,
+        pods_created=pool.created,
+        preemptions=recorder.preemptions,
+        prefix_hit_share=recorder.prefix_hit_tokens / max(recorder.prompt_tokens, 1),
+        timeline=timeline,
+        wall_s=time.perf_counter() - started,
+    )
