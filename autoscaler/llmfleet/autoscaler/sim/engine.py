@@ -42,8 +42,8 @@ class Seq:
     __slots__ = (
         "cached",
         "computed",
-        "first_token",
         "finish",
+        "first_token",
         "generated",
         "last_token",
         "need",
@@ -243,34 +243,12 @@ class Engine:
             chunks.append((q, chunk))
             budget -= chunk
             free -= chunk
-        while self.waiting and budget > 0 and len(self.running) < model.max_num_seqs:
-            q = self.waiting[0]
-            cached = 0
-            if q.request.blocks and self.cache is not None:
-                hits = self.prefix_hit(q.request.blocks)
-                cached = min(hits * model.block_tokens, q.need - 1)
-            chunk = min(q.need - cached, budget)
-            if cached + chunk > free:
-                if self.running or chunks:
-                    break
-                chunk = max(free - cached, 0)  # alone on the engine: take what there is
-                if chunk <= 0:
-                    break
-            self.waiting.popleft()
-            self.running.append(q)
-            q.cached = cached
-            q.computed = cached
-            self.kv_used += cached
-            free -= cached + chunk
-            budget -= chunk
-            self.recorder.prefix_hit_tokens += cached
-            chunks.append((q, chunk))
-        if not chunks and not decoding:
+        self._admit(chunks, budget, free)
+        if not chunks and not decoding and len(self.running) > 1:
             # NOTE: partly prefilled sequences filled the KV cache between them and none can go
             # on: free the newest (recompute later), as vLLM does when an allocation fails.
-            if len(self.running) > 1:
-                self._preempt()
-                return
+            self._preempt()
+            return
         context = sum(q.computed for q in decoding)
         tokens = len(decoding) + sum(chunk for _, chunk in chunks)
         work = sum(chunk * (q.computed + chunk / 2.0) for q, chunk in chunks)
@@ -303,6 +281,32 @@ class Engine:
                 q.generated += 1
                 q.last_token = end
         self._finish_done(end)
+
+    def _admit(self, chunks: list[tuple[Seq, int]], budget: int, free: int) -> None:
+        """Admit waiting requests in order while budget, sequences and KV allow (vLLM V1)."""
+        model = self.model
+        while self.waiting and budget > 0 and len(self.running) < model.max_num_seqs:
+            q = self.waiting[0]
+            cached = 0
+            if q.request.blocks and self.cache is not None:
+                hits = self.prefix_hit(q.request.blocks)
+                cached = min(hits * model.block_tokens, q.need - 1)
+            chunk = min(q.need - cached, budget)
+            if cached + chunk > free and (self.running or chunks):
+                break
+            if cached + chunk > free:
+                chunk = max(free - cached, 0)  # alone on the engine: take what there is
+                if chunk <= 0:
+                    break
+            self.waiting.popleft()
+            self.running.append(q)
+            q.cached = cached
+            q.computed = cached
+            self.kv_used += cached
+            free -= cached + chunk
+            budget -= chunk
+            self.recorder.prefix_hit_tokens += cached
+            chunks.append((q, chunk))
 
     def _finish_done(self, now: float) -> None:
         keep: list[Seq] = []

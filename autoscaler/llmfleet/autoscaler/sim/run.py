@@ -25,7 +25,7 @@ import numpy as np
 
 from llmfleet.autoscaler.sim.controller import Controller
 from llmfleet.autoscaler.sim.engine import Recorder, Seq
-from llmfleet.autoscaler.sim.fleet import Pool, PodState
+from llmfleet.autoscaler.sim.fleet import PodState, Pool
 from llmfleet.autoscaler.sim.model import EngineModel
 from llmfleet.autoscaler.sim.observe import Meter
 from llmfleet.autoscaler.sim.traces import Trace
@@ -97,43 +97,12 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     prefix = any(r.blocks for r in trace.requests)
     active, spares = controller.start()
     pool = Pool(model, recorder, prefix_cache=prefix, active=active, spares=spares)
-    router = Scheduler.build(
-        ["healthy"], PREFIX_LOAD, "max-score", PluginOptions(seed=settings.seed)
-    )
+    gateway = _Gateway(trace, pool, seed=settings.seed)
     meter = Meter(
         recorder, rate_window_s=settings.rate_window_s, mean_window_s=settings.mean_window_s
     )
-    seqs = [Seq(r) for r in trace.requests]
-    keys = [stable_hash(str(r.blocks[0]).encode()) if r.blocks else None for r in trace.requests]
-    held: deque[int] = deque()
-
-    def route(index: int, now: float) -> None:
-        serving = pool.serving()
-        if not serving:
-            held.append(index)
-            return
-        seq = seqs[index]
-        candidates = [
-            Candidate(
-                url=p.name,
-                waiting=float(len(p.engine.waiting)),
-                running=float(len(p.engine.running)),
-                kv_usage=p.engine.kv_usage,
-                in_flight=p.engine.in_flight,
-                in_flight_tokens=p.engine.in_flight_tokens,
-            )
-            for p in serving
-        ]
-        chosen = router.pick(RoutingRequest("sim", keys[index], seq.tokens), candidates)
-        assert chosen is not None
-        pod = next(p for p in serving if p.name == chosen.url)
-        pod.engine.add(seq, now)
-
-    def flush(now: float) -> None:
-        while held and pool.serving():
-            route(held.popleft(), now)
-
-    pool.on_serving = flush
+    seqs = gateway.seqs
+    pool.on_serving = gateway.flush
     timeline: list[TimelinePoint] = []
     duration = trace.duration
     gpu_seconds: float | None = None
@@ -143,7 +112,7 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     while True:
         t_arrival = trace.requests[i].arrival if i < n else math.inf
         now = min(t_arrival, next_tick, pool.next_event())
-        if i >= n and not held and not any(p.engine.busy for p in pool.pods):
+        if i >= n and not gateway.held and not any(p.engine.busy for p in pool.pods):
             break
         if now > duration + settings.drain_s:
             break
@@ -156,7 +125,7 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
             recorder.arrival_time.append(now)
             recorder.arrival_prompt.append(trace.requests[i].prompt_tokens)
             recorder.arrival_output.append(trace.requests[i].output_tokens)
-            route(i, now)
+            gateway.route(i, now)
             i += 1
             continue
         if now == next_tick:
@@ -182,11 +151,61 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     if gpu_seconds is None:
         pool.account(duration)
         gpu_seconds = pool.gpu_seconds
-    return _result(controller.name, seqs, recorder, pool, timeline, gpu_seconds, started)
+    return _result(
+        controller.name,
+        seqs=seqs,
+        recorder=recorder,
+        pool=pool,
+        timeline=timeline,
+        gpu_seconds=gpu_seconds,
+        started=started,
+    )
+
+
+class _Gateway:
+    """Routes each request with the gateway's pipeline; holds them while no pod serves."""
+
+    def __init__(self, trace: Trace, pool: Pool, *, seed: int) -> None:
+        self.pool = pool
+        self.router = Scheduler.build(
+            ["healthy"], PREFIX_LOAD, "max-score", PluginOptions(seed=seed)
+        )
+        self.seqs = [Seq(r) for r in trace.requests]
+        self.keys = [
+            stable_hash(str(r.blocks[0]).encode()) if r.blocks else None for r in trace.requests
+        ]
+        self.held: deque[int] = deque()
+
+    def route(self, index: int, now: float) -> None:
+        serving = self.pool.serving()
+        if not serving:
+            self.held.append(index)
+            return
+        seq = self.seqs[index]
+        candidates = [
+            Candidate(
+                url=p.name,
+                waiting=float(len(p.engine.waiting)),
+                running=float(len(p.engine.running)),
+                kv_usage=p.engine.kv_usage,
+                in_flight=p.engine.in_flight,
+                in_flight_tokens=p.engine.in_flight_tokens,
+            )
+            for p in serving
+        ]
+        chosen = self.router.pick(RoutingRequest("sim", self.keys[index], seq.tokens), candidates)
+        assert chosen is not None
+        pod = next(p for p in serving if p.name == chosen.url)
+        pod.engine.add(seq, now)
+
+    def flush(self, now: float) -> None:
+        while self.held and self.pool.serving():
+            self.route(self.held.popleft(), now)
 
 
 def _result(
     name: str,
+    *,
     seqs: list[Seq],
     recorder: Recorder,
     pool: Pool,

@@ -1,0 +1,99 @@
+"""`llmfleet sim TRACE...`: our policy against the five baselines, one table per trace."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from llmfleet.autoscaler.sim import report
+from llmfleet.autoscaler.sim.compare import POLICIES, Options, check_policies, compare
+from llmfleet.autoscaler.sim.model import EngineModel
+from llmfleet.autoscaler.sim.run import SimSettings, Slo
+from llmfleet.autoscaler.sim.traces import load
+
+app = typer.Typer(
+    help="Replay request traces through a simulated fleet: our policy vs the baselines.",
+    invoke_without_command=True,
+    # A group stops reading options at its first argument; this one has no sub-commands, so
+    # `llmfleet sim TRACE --json` must still see --json.
+    context_settings={"allow_interspersed_args": True},
+)
+
+DEFAULT_TRACES = Path(__file__).resolve().parents[4].parent / "shared" / "data" / "traces"
+"""`../shared/data/traces` from the repository root."""
+
+SLO_DEFAULTS = {"azure": (2000.0, 50.0), "mooncake": (10_000.0, 100.0)}
+"""(TTFT ms, ITL ms) per trace kind when not given: interactive code completion for Azure's
+2k-token prompts; Mooncake's 15k-token (up to 190k) prompts take seconds to prefill alone."""
+
+
+@app.callback()
+def run(
+    traces: Annotated[
+        list[Path] | None,
+        typer.Argument(help=f"Azure .csv or Mooncake .jsonl traces (default: {DEFAULT_TRACES})."),
+    ] = None,
+    *,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option("--policy", "-p", help=f"Only these (repeatable): {', '.join(POLICIES)}."),
+    ] = None,
+    ttft_ms: Annotated[
+        float | None, typer.Option(help="TTFT target (ms); default 2000 Azure, 10000 Mooncake.")
+    ] = None,
+    itl_ms: Annotated[
+        float | None, typer.Option(help="ITL (TPOT) target (ms); default 50 Azure, 100 Mooncake.")
+    ] = None,
+    warm_spares: Annotated[int, typer.Option(help="Our policy's warm spares.", min=0)] = 1,
+    max_replicas: Annotated[int, typer.Option(help="Every policy's maxReplicas.", min=1)] = 64,
+    cold_start: Annotated[float, typer.Option(help="Seconds a new pod takes to serve.", min=0)] = (
+        90.0
+    ),
+    limit: Annotated[
+        float | None, typer.Option(help="Replay only the first SECONDS of each trace.", min=1)
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    plots: Annotated[Path | None, typer.Option(help="Write PNG timelines into this dir.")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress on stderr.")] = False,
+) -> None:
+    """Print SLO attainment, GPU-hours, latency tails and scaling per policy for each trace."""
+    names = check_policies(policy or list(POLICIES))
+    paths = traces or sorted(p for p in DEFAULT_TRACES.glob("*") if p.suffix in (".csv", ".jsonl"))
+    err = Console(stderr=True)
+
+    def progress(message: str) -> None:
+        if not quiet:
+            err.print(f"sim: {message}", highlight=False)
+
+    results = []
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    for path in paths:
+        trace = load(path, limit_s=limit)
+        ttft_default, itl_default = SLO_DEFAULTS[trace.kind]
+        itl = itl_ms if itl_ms is not None else itl_default
+        ttft = ttft_ms if ttft_ms is not None else ttft_default
+        model = replace(EngineModel(), cold_start_s=cold_start)
+        if itl > 0:
+            model = model.for_slo(itl)
+        settings = SimSettings(slo=Slo(ttft, itl), model=model)
+        comparison = compare(
+            trace, settings, Options(warm_spares, max_replicas), names, progress=progress
+        )
+        if plots is not None:
+            for written in report.plot(comparison, plots):
+                progress(f"wrote {written}")
+        if json_out:
+            results.append(report.as_json(comparison))
+        else:
+            out.print(report.table(comparison))
+            out.print(report.verdict(comparison), highlight=False)
+    if json_out:
+        sys.stdout.write(json.dumps({"traces": results}, indent=2) + "\n")
