@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llmfleet.autoscaler import PolicyState, PoolState, ServiceInputs, decide
+from llmfleet.autoscaler import PolicyConfig, PolicyState, PoolState, ServiceInputs, decide
 from tests.autoscaler.builders import T0, at, inputs, pool, signals, spec
 
 PD = "Disaggregated"
@@ -95,11 +95,11 @@ ROWS = [
         id="invalid-metrics-fail-static",
     ),
     pytest.param(
-        # TTFT 1,200 ms against 600: the profile promised twice what the pool gives, so the
-        # correction becomes 600/1,200 = 0.5: prefill 24,000/4,000 = 6, streams 240/32 = 7.5
+        # TTFT 3,600 ms against 1,800: the profile promised twice what the pool gives, so the
+        # correction becomes 1,800/3,600 = 0.5: prefill 24,000/4,000 = 6, streams 240/32 = 7.5
         # -> 8.
         Row(
-            inputs(spec(), unified=pool(4, signals(24, ttft_p95_ms=1200.0))),
+            inputs(spec(), unified=pool(4, signals(24, ttft_p95_ms=3600.0))),
             {"unified": (8, 0)},
             {"unified": ("scale up 4 -> 8", "correction 0.50")},
         ),
@@ -109,7 +109,7 @@ ROWS = [
         # Same latency, but 2 of the 4 pods are still starting: their capacity is on its way
         # and the latency has not caught up, so no correction and no more pods (needs 4).
         Row(
-            inputs(spec(), unified=pool(4, signals(24, ttft_p95_ms=1200.0), starting=2)),
+            inputs(spec(), unified=pool(4, signals(24, ttft_p95_ms=3600.0), starting=2)),
             {"unified": (4, 0)},
             {"unified": ("steady at 4", "2 pods starting count as capacity to come")},
         ),
@@ -158,7 +158,7 @@ ROWS = [
     ),
     pytest.param(
         # 2,000-token prompts at 10/s: a lone prompt takes 20 + 200 = 220 ms, usable share
-        # 1 - 220/600 = 0.633, 6,333 tok/s per replica: 20,000/6,333 = 3.2 -> 4 prefill.
+        # 1 - ln 20 x 220/1800 = 0.634, 6,339 tok/s per replica: 20,000/6,339 = 3.2 -> 4.
         # decode: 100 streams/64 -> 2; KV 100 x 2,200 = 220,000/160,000 = 1.4 -> 2: stays.
         Row(
             inputs(
@@ -202,8 +202,8 @@ ROWS = [
     pytest.param(
         # 4,000-token prompts, 200 out, 1/s into decode: 10 streams, KV 10 x 4,200 = 42,000;
         # with running 40 reported: 40 x 4,200 = 168,000/160,000 = 1.05 -> 2 (streams 40/64: 1).
-        # prefill: a lone prompt takes 20 + 400 = 420 ms, share 1 - 420/600 = 0.3, 3,000 tok/s
-        # per replica: 4,000/3,000 = 1.3 -> 2.
+        # prefill: a lone prompt takes 20 + 400 = 420 ms, share 1 - ln 20 x 420/1800 = 0.30,
+        # 3,010 tok/s per replica: 4,000/3,010 = 1.3 -> 2.
         Row(
             inputs(
                 spec(mode=PD),
@@ -254,10 +254,30 @@ ROWS = [
         id="warm-spares-on-top",
     ),
     pytest.param(
+        # 8/s on average (8,000 tok/s: 1 replica) but the busiest 15 s of the minute prefilled
+        # 24,000 tok/s: 24,000/8,003 = 3.0 -> 3. decode 80 streams/64 -> 2.
+        Row(
+            inputs(spec(), unified=pool(1, signals(8, peak_prompt_tokens_rate=24_000.0))),
+            {"unified": (3, 0)},
+            {"unified": ("scale up 1 -> 3", "24000 prompt tok/s at the window's peak")},
+        ),
+        id="bursts-of-seconds-size-prefill-by-the-peak",
+    ),
+    pytest.param(
+        # A peak below the mean (a quiet last 15 s) changes nothing: rate 24 needs 4.
+        Row(
+            inputs(spec(), unified=pool(2, signals(24, peak_prompt_tokens_rate=5_000.0))),
+            {"unified": (4, 0)},
+            {"unified": ("scale up 2 -> 4",)},
+        ),
+        id="peak-below-the-mean-ignored",
+    ),
+    pytest.param(
         # No profile: H100 defaults for an 8B BF16 model. prefill 0.4 x 989 TFLOPS / 16 GFLOP
-        # = 24,725 tok/s; a lone 1,000-token prompt 40 ms, share 1 - 40/600 = 0.93 -> capped
-        # 0.9: 22,252.5 tok/s; 50,000/22,252.5 = 2.2 -> 3. decode: 256 streams (max-num-seqs),
-        # 500/256 -> 2; KV (72 - 16) GB / 131,072 B = 427,246 x 0.8: 600,000/341,797 -> 2.
+        # = 24,725 tok/s; a lone 1,000-token prompt 40 ms, share 1 - ln 20 x 40/1800 = 0.93 ->
+        # capped 0.9: 22,252.5 tok/s; 50,000/22,252.5 = 2.2 -> 3. decode: 256 streams
+        # (max-num-seqs), 500/256 -> 2; KV (72 - 16) GB / 131,072 B = 427,246 x 0.8:
+        # 600,000/341,797 -> 2.
         Row(
             inputs(
                 spec(mode=PD),
@@ -282,6 +302,21 @@ def test_decision(row: Row) -> None:
             assert phrase in decision.pools[name].reason
     assert decision.limited is row.limited
     assert bool(decision.message) is row.limited
+
+
+def test_a_p99_target_plans_more_prefill_headroom() -> None:
+    # 24/s into 3 prefill replicas. For a p95 target the share is 1 - ln 20 x 120/1800 = 0.800:
+    # 24,000/8,003 = 3.0 -> 3. For a p99 target 1 - ln 100 x 120/1800 = 0.693: 24,000/6,930 =
+    # 3.5 -> 4 (the queue's tail grows faster than its mean as the replica fills up).
+    given = inputs(spec(mode=PD), prefill=pool(3, signals(24)), decode=pool(4, signals(24)))
+
+    p95 = decide(given, PolicyState(), T0)
+    p99 = decide(given, PolicyState(), T0, PolicyConfig(latency_quantile=0.99))
+
+    assert p95.pools["prefill"].active == 3
+    assert "80% utilisation for the TTFT p95 target" in p95.pools["prefill"].reason
+    assert p99.pools["prefill"].active == 4
+    assert "69% utilisation for the TTFT p99 target" in p99.pools["prefill"].reason
 
 
 def test_status_is_what_the_operator_reads() -> None:

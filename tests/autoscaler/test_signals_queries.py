@@ -35,7 +35,12 @@ def test_matchers(namespace: str | None, service: str | None, expected: str) -> 
     assert matchers(namespace, service) == expected
 
 
-QUERIES = signal_queries(QueryOptions(rate_window="30s", mean_window="5m", quantile=0.9), M)
+QUERIES = signal_queries(
+    QueryOptions(
+        rate_window="30s", mean_window="5m", quantile=0.9, peak_window="10s", peak_step="5s"
+    ),
+    M,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +49,10 @@ QUERIES = signal_queries(QueryOptions(rate_window="30s", mean_window="5m", quant
         ("observed_at", f"max by ({BY}) (timestamp(vllm:num_requests_running{{{M}}}))"),
         ("request_rate", f"sum by ({BY}) (rate(vllm:request_success_total{{{M}}}[30s]))"),
         ("prompt_tokens_rate", f"sum by ({BY}) (rate(vllm:prompt_tokens_total{{{M}}}[30s]))"),
+        (
+            "peak_prompt_tokens_rate",
+            f"max_over_time((sum by ({BY}) (rate(vllm:prompt_tokens_total{{{M}}}[10s])))[30s:5s])",
+        ),
         (
             "mean_prompt_tokens",
             f"sum by ({BY}) (increase(vllm:request_prompt_tokens_sum{{{M}}}[5m]))"
@@ -90,7 +99,7 @@ def test_gpu_utilisation_joins_dcgm_on_the_pod() -> None:
 
 def test_one_combined_query_tags_every_signal() -> None:
     combined = combined_query(QUERIES)
-    assert combined.count("label_replace(") == len(QUERIES) == 12
+    assert combined.count("label_replace(") == len(QUERIES) == 13
     assert combined.count("\nor\n") == len(QUERIES) - 1
     assert (
         "label_replace(sum by (namespace, llmfleet_dev_service, llmfleet_dev_pool) (rate("
@@ -105,6 +114,7 @@ def test_one_combined_query_tags_every_signal() -> None:
         pytest.param({"rate_window": "1 minute"}, id="rate-window-words"),
         pytest.param({"mean_window": ""}, id="empty-mean-window"),
         pytest.param({"quantile": 1.0}, id="quantile-1"),
+        pytest.param({"peak_step": "5"}, id="peak-step-no-unit"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, Any]) -> None:
@@ -145,10 +155,11 @@ AT = datetime.fromtimestamp(T, tz=UTC)
                 sample("decode", "itl_p95_ms", "NaN"),
                 sample("decode", "preemption_rate", "0"),
                 sample("decode", "gpu_utilization", "0.7"),
+                sample("decode", "peak_prompt_tokens_rate", "900"),
             ],
             {
                 "decode": PoolSignals(
-                    AT, 2.5, 250.0, 100.0, 0.0, 4.0, 1.0, 0.25, 99.0, None, 0.0, 0.7
+                    AT, 2.5, 250.0, 100.0, 0.0, 4.0, 1.0, 0.25, 99.0, None, 0.0, 0.7, 900.0
                 )
             },
             id="every-signal-nan-mean-is-0-nan-quantile-none",

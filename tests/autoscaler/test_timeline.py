@@ -7,6 +7,8 @@ profile: rate r needs max(ceil(r/8), ceil(10 r/64)) replicas (prefill at 8,000 t
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from llmfleet.autoscaler import PolicyState, PoolState, decide
@@ -91,9 +93,9 @@ def test_burst_holds_a_due_scale_down() -> None:
 
 
 def test_one_latency_sample_corrects_capacity_once() -> None:
-    # TTFT 800 ms against 600: correction 600/800 = 0.75. Deciding again 5 s later on the same
-    # sample (Prometheus has not scraped since) must not cut it again to 0.5625.
-    given = inputs(spec(), unified=pool(4, signals(24, ttft_p95_ms=800.0)))
+    # TTFT 2,400 ms against 1,800: correction 1,800/2,400 = 0.75. Deciding again 5 s later on
+    # the same sample (Prometheus has not scraped since) must not cut it again to 0.5625.
+    given = inputs(spec(), unified=pool(4, signals(24, ttft_p95_ms=2400.0)))
 
     first = decide(given, PolicyState(), at(0))
     second = decide(given, first.state, at(5))
@@ -101,3 +103,26 @@ def test_one_latency_sample_corrects_capacity_once() -> None:
     assert first.state.pools["unified"].correction == 0.75
     assert second.state.pools["unified"].correction == 0.75
     assert "correction 0.75" in second.pools["unified"].reason
+
+
+def test_correction_holds_near_the_target_and_recovers_by_time_when_comfortable() -> None:
+    learnt = PolicyState({"unified": PoolState(updated_at=at(-15), correction=0.5)})
+
+    def ttft(ms: float, seconds: float, state: PolicyState) -> PolicyState:
+        load = signals(8, ttft_p95_ms=ms, seconds=seconds)
+        return decide(inputs(spec(), unified=pool(4, load)), state, at(seconds)).state
+
+    # 1,400 ms: within the 1,800 ms target but above 0.6 x 1,800 = 1,080 ms: the pool is sized
+    # right, so the correction holds (recovering here would shrink it into a miss again).
+    held = ttft(1400.0, 0, learnt)
+    assert held.pools["unified"].correction == 0.5
+
+    # 900 ms is comfortable: the gap to 1.0 closes with a 600 s time constant, by elapsed time,
+    # so one sample 60 s later and four samples 15 s apart recover alike: 1 - 0.5 e^-0.1.
+    once = ttft(900.0, 60, held)
+    stepped = held
+    for seconds in (15, 30, 45, 60):
+        stepped = ttft(900.0, seconds, stepped)
+    expected = 1 - 0.5 * math.exp(-60 / 600)
+    assert once.pools["unified"].correction == pytest.approx(expected)
+    assert stepped.pools["unified"].correction == pytest.approx(expected)

@@ -9,6 +9,7 @@ a pool serving anything else should be profiled (`llmfleet-runtime profile`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llmfleet.core.capacity_profile import CapacityProfile, ItlPoint
@@ -96,12 +97,15 @@ def prefill_utilization(
     mean_prompt_tokens: float,
     ttft_target_ms: float | None,
     default: float,
+    quantile: float = 0.95,
 ) -> float:
-    """Share of a replica's prefill throughput usable while meeting the TTFT target.
+    """Share of a replica's prefill throughput usable while meeting the TTFT target at
+    `quantile` (the target is a percentile, not a mean).
 
-    M/M/1 mean response time R = S / (1 - rho) gives rho = 1 - S / R with S the TTFT of a lone
-    request of the mean prompt length and R the target. Using the p95 target as R is generous;
-    the online correction takes back what the queueing model gives away. Bounded to [0.1, 0.9].
+    M/M/1 FCFS: the response time is exponential with mean S / (1 - rho), so its q-quantile is
+    ln(1 / (1 - q)) x S / (1 - rho); setting it to the target R gives
+    rho = 1 - ln(1 / (1 - q)) x S / R, with S the TTFT of a lone request of the mean prompt
+    length. Bounded to [0.1, 0.9]; the online correction takes back what the model gets wrong.
     """
     if ttft_target_ms is None:
         return default
@@ -109,7 +113,8 @@ def prefill_utilization(
         capacity.ttft_intercept_ms
         + 1000.0 * mean_prompt_tokens / capacity.prefill_tokens_per_second
     )
-    return min(max(1.0 - service_ms / ttft_target_ms, 0.1), 0.9)
+    tail = math.log(1.0 / (1.0 - quantile))
+    return min(max(1.0 - tail * service_ms / ttft_target_ms, 0.1), 0.9)
 
 
 def concurrency_at_itl(capacity: ReplicaCapacity, itl_target_ms: float | None) -> float:
@@ -134,16 +139,24 @@ def concurrency_at_itl(capacity: ReplicaCapacity, itl_target_ms: float | None) -
 def learn(
     correction: float,
     latencies: list[tuple[float | None, float | None]],
+    *,
+    elapsed_s: float,
     floor: float,
-    recovery: float,
+    comfortable: float,
+    recovery_s: float,
 ) -> float:
-    """The next correction factor from (observed p95, target) pairs: cut by the worst
-    target/observed when the pool misses a target (never below `floor`); else recover part of
-    the way back to 1.0; unchanged when no pair has both figures.
+    """The next correction factor from (observed p95, target) pairs, `elapsed_s` after the last.
+
+    - a missed target cuts the factor by the worst target/observed (never below `floor`);
+    - every observation below `comfortable` x its target lets the factor recover towards 1.0
+      with time constant `recovery_s`;
+    - in between it holds: a pool near its target is sized right, and recovering there would
+      only shrink it until it misses again (the sawtooth of a controller without a deadband);
+    - unchanged when no pair has both figures.
 
     NOTE: a pool that misses its target because it is short of replicas also lowers the
     factor, so it over-provisions for a while; the floor bounds that, and the recovery undoes
-    it once latency is met again.
+    it once latency is comfortably met.
     """
     known = [(o, t) for o, t in latencies if o is not None and t is not None]
     if not known:
@@ -151,4 +164,6 @@ def learn(
     missed = [t / o for o, t in known if o > t]
     if missed:
         return max(floor, correction * min(missed))
-    return min(1.0, correction + (1.0 - correction) * recovery)
+    if all(o <= comfortable * t for o, t in known):
+        return correction + (1.0 - correction) * (1.0 - math.exp(-elapsed_s / recovery_s))
+    return correction

@@ -32,12 +32,18 @@ class PolicyConfig:
     """How far ahead the forecast looks: about the time a new pod needs to serve."""
     max_growth: float = 4.0
     """The forecast scales the current load by at most this factor."""
+    latency_quantile: float = 0.95
+    """Which percentile the observed TTFT and ITL are, and so which percentile the SLO's targets
+    hold for (the CRD's fields are named after the default)."""
     default_utilization: float = 0.8
     """Share of a replica's prefill throughput to plan for when there is no TTFT target."""
     min_correction: float = 0.5
     """Lowest factor observed latency may scale a replica's profiled capacity by."""
-    correction_recovery: float = 0.2
-    """Share of the gap back to 1.0 the correction closes per decision while latency is met."""
+    comfortable_latency: float = 0.6
+    """Observed p95 latency below this share of its target lets the correction recover; between
+    it and the target the correction holds."""
+    correction_recovery_s: float = 600.0
+    """Time constant of the correction's recovery towards 1.0 while latency is comfortable."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,10 @@ class PoolSignals:
     """Preemptions per second (KV cache full), all pods together; None when not exported."""
     gpu_utilization: float | None = None
     """Mean GPU utilisation (0 to 1) over the pool's GPUs where DCGM is scraped, else None."""
+    peak_prompt_tokens_rate: float | None = None
+    """The highest prompt-token rate over short sub-windows of the rate window (None when not
+    measured): traffic that arrives in bursts of seconds needs prefill for the bursts, which
+    the window's mean hides."""
 
     def invalid(self) -> str:
         """The fields that are no number a load can have (NaN from a quantile over no samples,
@@ -80,6 +90,7 @@ class PoolSignals:
             "itl_p95_ms": self.itl_p95_ms,
             "preemption_rate": self.preemption_rate,
             "gpu_utilization": self.gpu_utilization,
+            "peak_prompt_tokens_rate": self.peak_prompt_tokens_rate,
         }
         return ", ".join(
             f"{name} = {value}"

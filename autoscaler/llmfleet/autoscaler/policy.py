@@ -127,13 +127,19 @@ def _pool(
     correction = state.correction
     fresh = state.updated_at is None or signals.observed_at > state.updated_at
     # NOTE: learn once per new sample (the policy runs more often than Prometheus scrapes, and
-    # one slow p95 must not cut the estimate again on every call), and not while pods start.
+    # one slow p95 must not cut the estimate again on every call), and not while pods start:
+    # their latency has not caught up yet.
     if fresh and pods.starting == 0:
+        elapsed = 0.0
+        if state.updated_at is not None:
+            elapsed = (signals.observed_at - state.updated_at).total_seconds()
         correction = learn(
             state.correction,
             _latencies(name, signals, spec),
-            config.min_correction,
-            config.correction_recovery,
+            elapsed_s=elapsed,
+            floor=config.min_correction,
+            comfortable=config.comfortable_latency,
+            recovery_s=config.correction_recovery_s,
         )
     need = _need(name, pool, spec=spec, predicted=predicted, correction=correction, config=config)
 
@@ -188,7 +194,12 @@ def _pool(
 def _latencies(
     name: str, signals: PoolSignals, spec: InferenceServiceSpec
 ) -> list[tuple[float | None, float | None]]:
-    """(observed p95, target) pairs the pool answers for: TTFT for prefill, ITL for decode."""
+    """(observed p95, target) pairs the pool answers for: TTFT for prefill, ITL for decode.
+
+    The p95 even when the SLO's percentile is higher (`PolicyConfig.latency_quantile`): that
+    higher percentile is the sizing model's to plan for, and the correction learns only from
+    the steadier evidence that the model is wrong (a minute's p99 is a handful of requests: one
+    huge prompt moves it, and more replicas would not bring it down)."""
     result: list[tuple[float | None, float | None]] = []
     if name in _PREFILL_ROLES:
         result.append((signals.ttft_p95_ms, spec.slo.ttft_p95_ms))

@@ -20,6 +20,17 @@ class AutoscalerSettings(BaseSettings):
     """Seconds between passes: one Prometheus scrape interval, as the ServiceMonitor sets it."""
     rate_window: str = "1m"
     """PromQL range of the rates and latency quantiles (at least 4 scrape intervals)."""
+    peak_window: str = "30s"
+    """PromQL range of the short prompt-token rate whose peak within `rate_window` sizes prefill
+    for bursts (at least 2 scrape intervals)."""
+    scrape_interval: str = "15s"
+    """The engines' scrape interval: the resolution the peak is searched at."""
+    latency_quantile: float = Field(default=0.95, gt=0.5, lt=1)
+    """The percentile the services' TTFT and ITL targets hold for (0.99: 99% of requests within
+    the target); the CRD names its fields after the default."""
+    forecast_horizon_seconds: float = Field(default=60.0, ge=0)
+    """How far ahead the forecast looks: about the time a new pod needs to serve (a spare
+    promotes in seconds; a cold pod takes minutes to load its weights)."""
     status_refresh_seconds: float = Field(default=60.0, ge=0)
     """Rewrite an unchanged decision this often so its reason and time stay current."""
     profiles_dir: Path | None = None

@@ -19,6 +19,9 @@ Meaning of each field, and what absence means (`PoolSignals` documents units):
   finished, every finish reason) and `vllm:prompt_tokens_total` over `rate_window`. A present pool
   without these counters has counted nothing yet (the simulator creates them on its first
   request): 0;
+- `peak_prompt_tokens_rate`: the highest `rate(vllm:prompt_tokens_total[peak_window])` inside
+  `rate_window`, by a subquery at `peak_step`: bursts of seconds that the window's mean hides;
+  None before the counter exists;
 - `mean_prompt_tokens`, `mean_output_tokens`: sum / count of the per-request histograms
   `vllm:request_prompt_tokens` and `vllm:request_generation_tokens` over `mean_window` (request
   sizes drift slowly, so a longer window than the rates'); 0 when no request finished in it;
@@ -95,9 +98,14 @@ class QueryOptions:
     mean_window: str = "5m"
     """Range of the mean request sizes."""
     quantile: float = 0.95
+    peak_window: str = "30s"
+    """Range of the short rate whose highest value inside `rate_window` is the peak: at least two
+    scrape intervals (the default suits 15 s scrapes)."""
+    peak_step: str = "15s"
+    """Resolution the peak is searched at: the scrape interval."""
 
     def __post_init__(self) -> None:
-        for name in ("rate_window", "mean_window"):
+        for name in ("rate_window", "mean_window", "peak_window", "peak_step"):
             if not _DURATION.fullmatch(getattr(self, name)):
                 raise ValueError(
                     f"{name} must be a Prometheus duration such as 1m or 30s, "
@@ -124,6 +132,7 @@ def matchers(namespace: str | None = None, service: str | None = None) -> str:
 def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
     """One PromQL expression per signal, each aggregated by (namespace, service, pool) (pure)."""
     w, mw, q = options.rate_window, options.mean_window, options.quantile
+    pw, step = options.peak_window, options.peak_step
 
     def rate(metric: str) -> str:
         return f"sum by ({_BY}) (rate({metric}{{{match}}}[{w}]))"
@@ -153,6 +162,10 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
         "observed_at": f"max by ({_BY}) (timestamp(vllm:num_requests_running{{{match}}}))",
         "request_rate": rate("vllm:request_success_total"),
         "prompt_tokens_rate": rate("vllm:prompt_tokens_total"),
+        "peak_prompt_tokens_rate": (
+            f"max_over_time((sum by ({_BY}) "
+            f"(rate(vllm:prompt_tokens_total{{{match}}}[{pw}])))[{w}:{step}])"
+        ),
         "mean_prompt_tokens": mean("vllm:request_prompt_tokens"),
         "mean_output_tokens": mean("vllm:request_generation_tokens"),
         "running": f"sum by ({_BY}) (vllm:num_requests_running{{{match}}})",
@@ -212,6 +225,7 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
             itl_p95_ms=_number(found.get("itl_p95_ms")),
             preemption_rate=_number(found.get("preemption_rate")),
             gpu_utilization=_number(found.get("gpu_utilization")),
+            peak_prompt_tokens_rate=_number(found.get("peak_prompt_tokens_rate")),
         )
     return pools
 
@@ -230,10 +244,12 @@ class PrometheusSignals:
         rate_window: str = "1m",
         mean_window: str = "5m",
         quantile: float = 0.95,
+        peak_window: str = "30s",
+        peak_step: str = "15s",
         timeout_s: float = 5.0,
     ) -> None:
         self.url = url.rstrip("/")
-        self.options = QueryOptions(rate_window, mean_window, quantile)
+        self.options = QueryOptions(rate_window, mean_window, quantile, peak_window, peak_step)
         self._client = PrometheusConnect(
             self.url, retry=Retry(total=0, raise_on_status=False), timeout=timeout_s
         )

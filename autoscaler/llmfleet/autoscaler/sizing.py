@@ -1,7 +1,9 @@
 """How many serving replicas a pool needs for a forecast load, and why.
 
 - prefill: prompt tokens/s against per-replica prefill throughput at the utilisation the TTFT
-  target allows (`capacity.prefill_utilization`);
+  target allows (`capacity.prefill_utilization`); the demand is the window's mean rate, or the
+  peak short-window rate inside the window when that is higher (traffic that comes in bursts of
+  seconds needs prefill for the bursts), scaled by the forecast;
 - decode: concurrent streams against the concurrency at the ITL target, and KV tokens against
   `maxKvCacheUsage` of the replica's KV cache (the larger of the two);
 - unified: both, the larger.
@@ -50,15 +52,24 @@ def prefill_need(
     config: PolicyConfig,
 ) -> Need:
     demand = signals.prompt_tokens_rate * growth
+    peak = signals.peak_prompt_tokens_rate
+    source = "prompt tok/s"
+    if peak is not None and peak * growth > demand:
+        demand, source = peak * growth, "prompt tok/s at the window's peak"
     utilization = prefill_utilization(
-        capacity, signals.mean_prompt_tokens, slo.ttft_p95_ms, config.default_utilization
+        capacity,
+        signals.mean_prompt_tokens,
+        slo.ttft_p95_ms,
+        config.default_utilization,
+        config.latency_quantile,
     )
     per_replica = capacity.prefill_tokens_per_second * utilization * correction
     replicas = _ceil(demand / per_replica)
     return Need(
         replicas,
-        f"prefill {demand:.0f} prompt tok/s at {per_replica:.0f} tok/s per replica "
-        f"({capacity.source}, {utilization:.0%} utilisation for the TTFT target, "
+        f"prefill {demand:.0f} {source} at {per_replica:.0f} tok/s per replica "
+        f"({capacity.source}, {utilization:.0%} utilisation for the TTFT "
+        f"p{100 * config.latency_quantile:g} target, "
         f"correction {correction:.2f})",
     )
 

@@ -25,6 +25,7 @@ BASE = Observation(
     kv_cache_usage=0.0,
     ttft_p95_ms=None,
     itl_p95_ms=None,
+    peak_prompt_tokens_rate=0.0,
     active=2,
     spares=0,
     ready=2,

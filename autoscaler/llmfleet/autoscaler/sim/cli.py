@@ -51,6 +51,9 @@ def run(
         float | None, typer.Option(help="ITL (TPOT) target (ms); default 50 Azure, 100 Mooncake.")
     ] = None,
     warm_spares: Annotated[int, typer.Option(help="Our policy's warm spares.", min=0)] = 1,
+    min_replicas: Annotated[
+        int, typer.Option(help="Every autoscaling policy's minReplicas.", min=1)
+    ] = 1,
     max_replicas: Annotated[int, typer.Option(help="Every policy's maxReplicas.", min=1)] = 64,
     cold_start: Annotated[float, typer.Option(help="Seconds a new pod takes to serve.", min=0)] = (
         90.0
@@ -85,7 +88,11 @@ def run(
             model = model.for_slo(itl)
         settings = SimSettings(slo=Slo(ttft, itl), model=model)
         comparison = compare(
-            trace, settings, Options(warm_spares, max_replicas), names, progress=progress
+            trace,
+            settings,
+            Options(warm_spares, min_replicas, max_replicas),
+            names,
+            progress=progress,
         )
         if plots is not None:
             for written in report.plot(comparison, plots):

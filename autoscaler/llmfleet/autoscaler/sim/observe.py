@@ -8,6 +8,8 @@ them (`autoscaler/signals.py`), from the simulated engines' records.
 - `mean_prompt_tokens`, `mean_output_tokens`: over requests finished in `mean_window_s` (5m);
 - `running`, `waiting`: sums over the pool's engines now; `kv_cache_usage`: mean over busy
   engines (as the production query does, so spares do not dilute it);
+- `peak_prompt_tokens_rate`: prefilled prompt tokens/s of the busiest tick-long slice of the
+  rate window (PromQL `max_over_time(rate(vllm:prompt_tokens_total[15s])[1m:15s])`);
 - `ttft_p95_ms`, `itl_p95_ms`: exact 95th percentiles over the rate window (Prometheus would
   interpolate inside histogram buckets); None when nothing was measured in it.
 
@@ -49,6 +51,8 @@ class Observation:
     kv_cache_usage: float
     ttft_p95_ms: float | None
     itl_p95_ms: float | None
+    peak_prompt_tokens_rate: float
+    """Highest prefilled prompt tokens/s over one tick-long slice of the rate window."""
     active: int
     """Serving replicas the pool runs towards (the last decision)."""
     spares: int
@@ -107,6 +111,14 @@ class Meter:
         arrived = len(r.arrival_time) - arrival0
         arrival_prompt = sum(r.arrival_prompt[arrival0:]) / arrived if arrived else 0.0
         arrival_output = sum(r.arrival_output[arrival0:]) / arrived if arrived else 0.0
+        # The peak: the busiest tick-long slice of the window (Prometheus: max_over_time of a
+        # short rate, `signals.py`).
+        peak = 0.0
+        first = bisect.bisect_left(self._times, since - 1e-9)
+        for j in range(first + 1, len(self._times)):
+            lo, hi = self._marks[j - 1][3], self._marks[j][3]
+            slice_s = max(self._times[j] - self._times[j - 1], 1e-9)
+            peak = max(peak, sum(r.prefill_tokens[lo:hi]) / slice_s)
         ttfts = r.first_ttft[first0:]
         ttft_p95 = float(np.percentile(ttfts, 95)) * 1000.0 if ttfts else None
         itl_p95 = None
@@ -135,6 +147,7 @@ class Meter:
             kv_cache_usage=kv,
             ttft_p95_ms=ttft_p95,
             itl_p95_ms=itl_p95,
+            peak_prompt_tokens_rate=peak,
             active=pool.active,
             spares=pool.spares,
             ready=pool.count(PodState.SERVING),

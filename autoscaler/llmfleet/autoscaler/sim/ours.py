@@ -1,5 +1,7 @@
 """llmfleet's own policy in the simulator: the production `decide` on signals built from the
-simulated engines, with the engine's capacity profile and warm spares from the spec."""
+simulated engines, with the engine's capacity profile and warm spares from the spec, and the
+policy knobs production reads from the autoscaler's settings (`compare` sets the latency
+percentile to the experiment's goal and the forecast horizon to the engine's cold start)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ def service_spec(
     ttft_ms: float,
     itl_ms: float,
     initial: int,
+    min_replicas: int = 1,
     max_replicas: int,
     warm_spares: int,
     window_s: int = 300,
@@ -39,7 +42,11 @@ def service_spec(
             "runtime": {"gpu": {"type": "H100", "count": 1}},
             "topology": {
                 "mode": "Unified",
-                "unified": {"replicas": initial, "minReplicas": 1, "maxReplicas": max_replicas},
+                "unified": {
+                    "replicas": max(initial, min_replicas),
+                    "minReplicas": min_replicas,
+                    "maxReplicas": max_replicas,
+                },
             },
             "slo": {
                 "ttftP95Ms": ttft_ms,
@@ -86,6 +93,7 @@ class OurPolicy:
             kv_cache_usage=observation.kv_cache_usage,
             ttft_p95_ms=observation.ttft_p95_ms,
             itl_p95_ms=observation.itl_p95_ms,
+            peak_prompt_tokens_rate=observation.peak_prompt_tokens_rate,
         )
         pods = PoolPods(
             active=observation.active,

@@ -1,0 +1,105 @@
+"""`llmfleet autoscaler`: size every autoscaled InferenceService from Prometheus, every interval."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from prometheus_client import start_http_server
+
+from llmfleet.autoscaler.inputs import PolicyConfig
+from llmfleet.autoscaler.kube import Kube
+from llmfleet.autoscaler.loop import Autoscaler
+from llmfleet.autoscaler.metrics import AutoscalerMetrics
+from llmfleet.autoscaler.profiles import load_profiles
+from llmfleet.autoscaler.settings import AutoscalerSettings
+from llmfleet.autoscaler.signals import PrometheusSignals
+from llmfleet.core.kube import api_client
+
+app = typer.Typer(help="Run the SLO-aware autoscaler.", invoke_without_command=True)
+log = logging.getLogger("llmfleet.autoscaler")
+
+
+@app.callback()
+def run(
+    *,
+    prometheus_url: Annotated[
+        str | None, typer.Option(help="Prometheus that scrapes the engines.")
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Only these namespaces (repeatable)."),
+    ] = None,
+    interval: Annotated[float | None, typer.Option(help="Seconds between passes.", min=0.1)] = None,
+    profiles_dir: Annotated[
+        Path | None, typer.Option(help="Directory of capacity profiles (JSON), one per model.")
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig; in-cluster or $KUBECONFIG when unset.")
+    ] = None,
+    once: Annotated[bool, typer.Option(help="One pass, then exit.")] = False,
+) -> None:
+    """Write decisions to status.autoscaling (settings: env LLMFLEET_AUTOSCALER_*)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    overrides: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "prometheus_url": prometheus_url,
+            "namespaces": namespace,
+            "interval_seconds": interval,
+            "profiles_dir": profiles_dir,
+        }.items()
+        if value is not None
+    }
+    settings = AutoscalerSettings(**overrides)
+    profiles = load_profiles(settings.profiles_dir)
+    metrics = AutoscalerMetrics()
+    if settings.metrics_port and not once:
+        start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+    kube = Kube(
+        api_client(str(kubeconfig) if kubeconfig else None),
+        settings.namespaces,
+        settings.field_manager,
+    )
+    autoscaler = Autoscaler(
+        kube,
+        PrometheusSignals(
+            settings.prometheus_url,
+            rate_window=settings.rate_window,
+            peak_window=settings.peak_window,
+            peak_step=settings.scrape_interval,
+        ),
+        metrics,
+        profiles=profiles,
+        config=PolicyConfig(
+            latency_quantile=settings.latency_quantile,
+            horizon_s=settings.forecast_horizon_seconds,
+        ),
+        status_refresh_seconds=settings.status_refresh_seconds,
+    )
+    log.info(
+        "sizing %s every %.0f s from %s (%d capacity profiles)",
+        ", ".join(settings.namespaces) or "all namespaces",
+        settings.interval_seconds,
+        settings.prometheus_url,
+        len(profiles),
+    )
+    while True:
+        started = time.monotonic()
+        try:
+            for outcome in autoscaler.run_once(datetime.now(UTC)):
+                if outcome.written:
+                    pools = ", ".join(
+                        f"{pool} {p.active}+{p.spares}"
+                        for pool, p in outcome.decision.pools.items()
+                    )
+                    log.info("%s/%s: %s", outcome.namespace, outcome.name, pools)
+        except Exception:  # the API server may be briefly away; the next pass tries again
+            log.exception("autoscaler pass failed")
+        if once:
+            return
+        time.sleep(max(settings.interval_seconds - (time.monotonic() - started), 0.0))
