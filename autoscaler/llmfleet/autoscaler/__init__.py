@@ -1,7 +1,12 @@
-"""The SLO-aware autoscaler and the fleet simulator (issue 6).
+"""The SLO-aware autoscaler and the fleet simulator (DESIGN.md §7).
 
-Today: the pure policy. `decide(ServiceInputs, PolicyState, now) -> Decision`; the decision's
-`status()` is what `status.autoscaling` takes.
+- `policy.decide(ServiceInputs, PolicyState, now) -> Decision`: pure; the decision's `status()`
+  is what `status.autoscaling` takes (sizing in `sizing.py`/`capacity.py`, forecast in
+  `forecast.py`, the GPU budget in `budget.py`);
+- `signals.PrometheusSignals`: every pool's `PoolSignals` in one PromQL query;
+- `loop.Autoscaler`: one pass of pods + signals -> policy -> status patch (`kube.py`), run by
+  `cli.py` (`llmfleet autoscaler`);
+- `sim/`: `llmfleet sim`, the trace-driven fleet simulator that runs the same `decide`.
 """
 
 from llmfleet.autoscaler.decision import Decision, PoolDecision
