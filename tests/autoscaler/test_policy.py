@@ -264,6 +264,20 @@ ROWS = [
         id="bursts-of-seconds-size-prefill-by-the-peak",
     ),
     pytest.param(
+        # 8/s (8,000 tok/s) into prefill, but 18 requests of 1,000 tokens queue in its engines:
+        # clearing them within the 1.8 s target adds 10,000 tok/s: 18,000/8,003 = 2.2 -> 3.
+        Row(
+            inputs(
+                spec(mode=PD),
+                prefill=pool(1, signals(8, waiting=18.0)),
+                decode=pool(2, signals(8)),
+            ),
+            {"prefill": (3, 0), "decode": (2, 0)},
+            {"prefill": ("scale up 1 -> 3", "8000 prompt tok/s + 10000 for the 18 queued")},
+        ),
+        id="queued-prompts-add-to-prefill",
+    ),
+    pytest.param(
         # A peak below the mean (a quiet last 15 s) changes nothing: rate 24 needs 4.
         Row(
             inputs(spec(), unified=pool(2, signals(24, peak_prompt_tokens_rate=5_000.0))),

@@ -56,6 +56,13 @@ def prefill_need(
     source = "prompt tok/s"
     if peak is not None and peak * growth > demand:
         demand, source = peak * growth, "prompt tok/s at the window's peak"
+    # The queue is prompt tokens already owed: clearing them within the TTFT target adds their
+    # count over the target to what arrives (the rates cannot show it: prefilled tokens are
+    # counted once prefilled, so a saturated pool's rate is its capacity, not its load).
+    if signals.waiting > 0 and slo.ttft_p95_ms is not None:
+        backlog = signals.waiting * signals.mean_prompt_tokens / (slo.ttft_p95_ms / 1000.0)
+        demand += backlog
+        source += f" + {backlog:.0f} for the {signals.waiting:.0f} queued requests"
     utilization = prefill_utilization(
         capacity,
         signals.mean_prompt_tokens,

@@ -50,10 +50,22 @@ def run(
     itl_ms: Annotated[
         float | None, typer.Option(help="ITL (TPOT) target (ms); default 50 Azure, 100 Mooncake.")
     ] = None,
-    warm_spares: Annotated[int, typer.Option(help="Our policy's warm spares.", min=0)] = 1,
+    warm_spares: Annotated[
+        int,
+        typer.Option(
+            help="Our policy's warm spares (a spare helps once a burst is seen; these traces' "
+            "bursts last seconds).",
+            min=0,
+        ),
+    ] = 0,
     min_replicas: Annotated[
-        int, typer.Option(help="Every autoscaling policy's minReplicas.", min=1)
-    ] = 1,
+        int,
+        typer.Option(
+            help="Every autoscaling policy's minReplicas (2: what a production service runs "
+            "for availability).",
+            min=1,
+        ),
+    ] = 2,
     max_replicas: Annotated[int, typer.Option(help="Every policy's maxReplicas.", min=1)] = 64,
     cold_start: Annotated[float, typer.Option(help="Seconds a new pod takes to serve.", min=0)] = (
         90.0
