@@ -121,6 +121,9 @@ class PoolInputs:
     """None when the metrics are missing."""
     profile: CapacityProfile | None = None
     """The pool's measured capacity profile; per-GPU defaults when None."""
+    missing: str = ""
+    """Why `signals` is None when the caller knows (the metrics backend could not be asked);
+    empty means no series exist for the pool."""
 
 
 @dataclass(frozen=True)

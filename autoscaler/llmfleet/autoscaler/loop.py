@@ -34,6 +34,8 @@ from llmfleet.core.capacity_profile import CapacityProfile
 from llmfleet.crds.inference_service import AutoscalingStatus, InferenceServiceSpec
 
 log = logging.getLogger("llmfleet.autoscaler")
+_CAUSE_CHARS = 200
+"""How much of the signals backend's error a reason quotes (the log has all of it)."""
 
 
 class SignalSource(Protocol):
@@ -133,17 +135,21 @@ class Autoscaler:
         pools = list(spec.pools())
         try:
             signals: Mapping[str, PoolSignals] = self.signals.read(namespace, name, pools)
-            missing_cause = "no-series"
+            missing_cause, missing = "no-series", ""
         except Exception as error:  # the backend is down: every pool holds (fail-static)
             log.warning("signals for %s/%s unavailable: %s", namespace, name, error)
             self.metrics.errors.labels("signals").inc()
             signals, missing_cause = {}, "unavailable"
+            missing = f"signals unavailable: {str(error)[:_CAUSE_CHARS]}"
 
         profile = self.profiles.get(spec.model.name)
         counted = pool_pods(spec, current, pods)
         inputs = ServiceInputs(
             spec=spec,
-            pools={pool: PoolInputs(counted[pool], signals.get(pool), profile) for pool in pools},
+            pools={
+                pool: PoolInputs(counted[pool], signals.get(pool), profile, missing)
+                for pool in pools
+            },
         )
         decision = decide(inputs, self.states.get(uid, PolicyState()), now, self.config)
         self.states[uid] = decision.state

@@ -113,7 +113,7 @@ def _pool(
     """One pool's decision before the GPU budget; True when held fail-static; its next state."""
     pods, signals = pool.pods, pool.signals
     if signals is None:
-        why = "metrics missing (no samples for this pool)"
+        why = f"metrics missing ({pool.missing or 'no samples for this pool'})"
         return _hold(pods.active, pods.spares, why), True, state
     age = (now - signals.observed_at).total_seconds()
     if age > config.stale_after_s:
