@@ -1,4 +1,5 @@
-"""The signals layer's pure parts: label matchers, the PromQL per signal, parsing the answer."""
+"""The signals layer's pure parts (label matchers, the PromQL per signal, parsing the answer) and
+its one error message."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import pytest
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.autoscaler.signals import (
     PoolKey,
+    PrometheusSignals,
     QueryOptions,
+    SignalsUnavailable,
     combined_query,
     matchers,
     parse,
     signal_queries,
 )
+from tests.net import free_port
 
 BY = "namespace, llmfleet_dev_service, llmfleet_dev_pool"
 M = 'llmfleet_dev_service!=""'
@@ -181,3 +185,12 @@ def test_parse_keeps_services_apart() -> None:
     parsed = parse([sample("unified", "observed_at", str(T), service=name) for name in "ab"])
     assert sorted(parsed) == [PoolKey("ns", "a", "unified"), PoolKey("ns", "b", "unified")]
     assert not math.isnan(parsed[PoolKey("ns", "a", "unified")].request_rate)
+
+
+def test_an_unreachable_prometheus_is_one_short_cause() -> None:
+    # A closed port on 127.0.0.1: the reason the autoscaler writes quotes this message, so it
+    # is the OS error, not urllib3's wrapping with the URL-encoded query.
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(SignalsUnavailable) as raised:
+        PrometheusSignals(url, timeout_s=2).read_all()
+    assert str(raised.value) == f"Prometheus at {url}: [Errno 111] Connection refused"

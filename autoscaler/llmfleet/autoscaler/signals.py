@@ -230,6 +230,20 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
     return pools
 
 
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
+_QUERY = re.compile(r"\?query=\S+")
+
+
+def _cause(error: Exception) -> str:
+    """What went wrong, in a few words: the OS error inside urllib3's wrapping when there is one
+    (`[Errno 111] Connection refused`), else the message without the encoded query."""
+    text = str(error)
+    found = _ERRNO.search(text)
+    if found:
+        return found.group(0).strip()
+    return _QUERY.sub("?query=...", text)
+
+
 class PrometheusSignals:
     """Reads PoolSignals from the Prometheus at `url`; one HTTP call per `read_all` / `read`.
 
@@ -264,7 +278,7 @@ class PrometheusSignals:
             return parse(result)
         except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:
             # OSError covers requests' errors (connection refused, timeout, bad JSON).
-            raise SignalsUnavailable(f"Prometheus at {self.url}: {error}") from error
+            raise SignalsUnavailable(f"Prometheus at {self.url}: {_cause(error)}") from error
 
     def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
         """Signals per pool of one service (one HTTP call); a pool without series is absent."""
