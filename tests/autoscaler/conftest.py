@@ -1,5 +1,4 @@
-"""Real binaries for the signals tests: Prometheus (Debian's package) and the engine simulator,
-fetched or built into the cache on first use (waiting on a build already running)."""
+"""A real Prometheus for the signals tests (its binary and the simulator's: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,18 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.cluster import build
 from tests.autoscaler.prom import Prometheus
-
-
-@pytest.fixture(scope="session")
-def prometheus_binary() -> Path:
-    return build.ensure_binary("prometheus")
-
-
-@pytest.fixture(scope="session")
-def sim_binary() -> Path:
-    return build.ensure_binary("llm-d-inference-sim")
 
 
 @pytest.fixture

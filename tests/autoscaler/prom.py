@@ -1,9 +1,11 @@
-"""A real Prometheus scraping simulator engines on 127.0.0.1, for tests of the signals layer.
+"""A real Prometheus scraping simulator engines on 127.0.0.1, and closed-loop load on them, for
+tests of the signals layer and of the autoscaler reading it.
 
     with Prometheus(prometheus_binary, tmp_path) as prom, engines(...) as started:
         prom.set_targets(started)
         prom.wait_scraped(started)
-        PrometheusSignals(prom.url, rate_window="5s").read_all()
+        with Load(started).running():
+            PrometheusSignals(prom.url, rate_window="5s").read_all()
 
 Prometheus scrapes every second (`scrape_interval`) the targets listed in file-based service
 discovery files: `engines.json` (job `engines`, the target's labels added to its series, as the
@@ -18,6 +20,8 @@ import json
 import os
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,3 +229,50 @@ class Prometheus:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+PROMPT = "the quick brown fox jumps over the lazy dog " * 8
+
+
+@dataclass
+class Load:
+    """Closed-loop chat completions from `workers` threads, round-robin over the engines."""
+
+    engines: list[Engine]
+    workers: int = 6
+    done: list[tuple[float, int, int]] = field(default_factory=list)
+    """(finished at, prompt tokens, completion tokens) per request."""
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def _work(self, index: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            sent = index
+            while not self.stop.is_set():
+                engine = self.engines[sent % len(self.engines)]
+                sent += 1
+                body = {
+                    "model": engine.model,
+                    "messages": [{"role": "user", "content": PROMPT}],
+                    "max_tokens": 6,
+                }
+                response = client.post(f"{engine.url}/v1/chat/completions", json=body)
+                response.raise_for_status()
+                usage = response.json()["usage"]
+                self.done.append(
+                    (time.monotonic(), usage["prompt_tokens"], usage["completion_tokens"])
+                )
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Load]:
+        threads = [threading.Thread(target=self._work, args=(i,)) for i in range(self.workers)]
+        for thread in threads:
+            thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+
+    def rate(self, since: float, until: float) -> float:
+        return sum(1 for at, _, _ in self.done if since <= at < until) / (until - since)

@@ -7,11 +7,9 @@ are what `histogram_quantile` interpolates inside vLLM's buckets: (0.08, 0.1] gi
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,58 +19,13 @@ import pytest
 
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.autoscaler.signals import PoolKey, PrometheusSignals, SignalsUnavailable
-from tests.autoscaler.prom import Engine, EngineSpec, Prometheus, Target, engines
+from tests.autoscaler.prom import PROMPT, Engine, EngineSpec, Load, Prometheus, Target, engines
 from tests.net import wait_for
 
 LATENCY = ("--time-to-first-token", "100ms", "--inter-token-latency", "25ms")
 DECODE = EngineSpec("ns", "chat", "decode", (*LATENCY, "--max-num-seqs", "2", "--enable-kvcache"))
 PREFILL = EngineSpec("ns", "chat", "prefill", LATENCY)
-PROMPT = "the quick brown fox jumps over the lazy dog " * 8
 WINDOW_S = 5
-
-
-@dataclass
-class Load:
-    """Closed-loop chat completions from `workers` threads, round-robin over the engines."""
-
-    engines: list[Engine]
-    workers: int = 6
-    done: list[tuple[float, int, int]] = field(default_factory=list)
-    """(finished at, prompt tokens, completion tokens) per request."""
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def _work(self, index: int) -> None:
-        with httpx.Client(timeout=30) as client:
-            sent = index
-            while not self.stop.is_set():
-                engine = self.engines[sent % len(self.engines)]
-                sent += 1
-                body = {
-                    "model": engine.model,
-                    "messages": [{"role": "user", "content": PROMPT}],
-                    "max_tokens": 6,
-                }
-                response = client.post(f"{engine.url}/v1/chat/completions", json=body)
-                response.raise_for_status()
-                usage = response.json()["usage"]
-                self.done.append(
-                    (time.monotonic(), usage["prompt_tokens"], usage["completion_tokens"])
-                )
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Load]:
-        threads = [threading.Thread(target=self._work, args=(i,)) for i in range(self.workers)]
-        for thread in threads:
-            thread.start()
-        try:
-            yield self
-        finally:
-            self.stop.set()
-            for thread in threads:
-                thread.join(timeout=30)
-
-    def rate(self, since: float, until: float) -> float:
-        return sum(1 for at, _, _ in self.done if since <= at < until) / (until - since)
 
 
 def _read(signals: PrometheusSignals, pool: str) -> PoolSignals | None:
@@ -110,7 +63,10 @@ def _drive(signals: PrometheusSignals, decode: list[Engine]) -> Measured:
 def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
     prometheus: Prometheus, sim_binary: Path
 ) -> None:
-    signals = PrometheusSignals(prometheus.url, rate_window=f"{WINDOW_S}s")
+    # 1 s scrapes: the peak is the highest 2 s rate of the window, searched every second.
+    signals = PrometheusSignals(
+        prometheus.url, rate_window=f"{WINDOW_S}s", peak_window="2s", peak_step="1s"
+    )
     with engines(sim_binary, DECODE, DECODE, PREFILL) as started:
         decode = started[:2]
         prometheus.set_targets(started)
@@ -145,6 +101,10 @@ def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
     assert sent_rate > 3
     assert during.request_rate == pytest.approx(sent_rate, rel=0.35)
     assert during.prompt_tokens_rate == pytest.approx(during.request_rate * prompt, rel=0.2)
+    # Steady closed-loop load: the busiest 2 s of the window run at about the window's mean.
+    assert during.peak_prompt_tokens_rate is not None
+    assert during.prompt_tokens_rate <= during.peak_prompt_tokens_rate
+    assert during.peak_prompt_tokens_rate < 3 * during.prompt_tokens_rate
     assert after.mean_prompt_tokens == pytest.approx(prompt)
     assert after.mean_output_tokens == pytest.approx(mean_output, abs=0.6)
     # 6 workers on 2 engines of 2 sequences each: 2 waiting at most moments.
