@@ -33,8 +33,9 @@ class PolicyConfig:
     max_growth: float = 4.0
     """The forecast scales the current load by at most this factor."""
     latency_quantile: float = 0.95
-    """Which percentile the observed TTFT and ITL are, and so which percentile the SLO's targets
-    hold for (the CRD's fields are named after the default)."""
+    """The percentile the SLO's TTFT and ITL targets hold for (0.99: 99% of requests within
+    them; the CRD's fields are named after the default). The sizing model plans its queueing
+    headroom for it; the correction still learns from observed p95s (`policy._latencies`)."""
     default_utilization: float = 0.8
     """Share of a replica's prefill throughput to plan for when there is no TTFT target."""
     min_correction: float = 0.5
