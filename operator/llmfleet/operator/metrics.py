@@ -23,3 +23,9 @@ class OperatorMetrics:
             ["namespace", "service", "change"],
             registry=self.registry,
         )
+        self.events_failed = Counter(
+            "llmfleet_operator_events_failed_total",
+            "Kubernetes Events the operator could not post (best-effort: the pass goes on).",
+            ["namespace", "service", "reason"],
+            registry=self.registry,
+        )

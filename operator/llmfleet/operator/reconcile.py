@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from llmfleet.crds import InferenceService
@@ -122,7 +123,13 @@ class Reconciler:
         for event in plan.events:
             if event.reason in ("Promoted", "Demoted"):
                 pool_changes.labels(namespace, name, event.reason.lower()).inc()
-            self.kube.event(body, event.reason, event.message, event.warning)
             log.info("%s: %s", event.reason, event.message)
+            try:
+                self.kube.event(body, event.reason, event.message, event.warning)
+            except ApiException as error:
+                # Events are best-effort (a namespace being deleted refuses them, an API server
+                # may throttle them): one line and a count, and the status is still written.
+                log.warning("event %s not posted: %s %s", event.reason, error.status, error.reason)
+                self.metrics.events_failed.labels(namespace, name, event.reason).inc()
         self.kube.write_status(namespace, name, plan.status)
         return plan.requeue_after
