@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -29,7 +27,7 @@ from llmfleet.crds import render
 from tests.autoscaler.builders import PROFILE
 from tests.autoscaler.prom import EngineSpec, Load, Prometheus, engines
 from tests.cluster.kube import Kube, wait_ready
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operator_process import CliProcess, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -61,40 +59,27 @@ PREFILL = EngineSpec(NAMESPACE, NAME, "prefill", LATENCY)
 WORKERS = 5
 
 
-class AutoscalerProcess:
+class AutoscalerProcess(CliProcess):
     """`llmfleet autoscaler` for one namespace, a pass every INTERVAL_S, its output in `log`."""
 
+    stop_signal = signal.SIGTERM
+    stop_timeout = 10.0
+
     def __init__(self, kube: Kube, log: Path, prometheus_url: str, profiles: Path) -> None:
-        self.log = log
         environment = {
-            **os.environ,
             # The test Prometheus scrapes every second: a rate window of five scrapes.
             "LLMFLEET_AUTOSCALER_RATE_WINDOW": "5s",
             # Rewrite an unchanged decision every other pass, so its reason stays current.
             "LLMFLEET_AUTOSCALER_STATUS_REFRESH_SECONDS": "2",
             "LLMFLEET_AUTOSCALER_METRICS_PORT": "0",
         }
-        self._out = log.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llmfleet.core.cli", "autoscaler",
-             "--kubeconfig", str(kube.kubeconfig), "-n", NAMESPACE,
-             "--prometheus-url", prometheus_url, "--profiles-dir", str(profiles),
-             "--interval", str(INTERVAL_S)],
-            env=environment, stdout=self._out, stderr=subprocess.STDOUT,
+        super().__init__(
+            log, "autoscaler",
+            "--kubeconfig", str(kube.kubeconfig), "-n", NAMESPACE,
+            "--prometheus-url", prometheus_url, "--profiles-dir", str(profiles),
+            "--interval", str(INTERVAL_S),
+            env=environment,
         )  # fmt: skip
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._out.close()
 
 
 @pytest.fixture
