@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from llmfleet.core.cli import _unavailable
 from llmfleet.core.errors import UserError
+from llmfleet.core.options import given
 
 
 def llmfleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -96,3 +97,13 @@ def test_a_component_that_cannot_load_breaks_only_its_own_command() -> None:
     assert result.exit_code != 0
     assert isinstance(result.exception, UserError)
     assert "`llmfleet gateway` cannot load: ImportError: boom" in str(result.exception)
+
+
+def test_given_keeps_only_the_options_a_user_gave() -> None:
+    # typer leaves options the user did not give as None; 0, "" and False were given.
+    assert given(host=None, port=0, namespace="", reload=False, url="http://x") == {
+        "port": 0,
+        "namespace": "",
+        "reload": False,
+        "url": "http://x",
+    }

@@ -6,7 +6,7 @@ import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from prometheus_client import start_http_server
@@ -19,6 +19,7 @@ from llmfleet.autoscaler.profiles import load_profiles
 from llmfleet.autoscaler.settings import AutoscalerSettings
 from llmfleet.autoscaler.signals import PrometheusSignals
 from llmfleet.core.kube import api_client
+from llmfleet.core.options import given
 
 app = typer.Typer(help="Run the SLO-aware autoscaler.", invoke_without_command=True)
 log = logging.getLogger("llmfleet.autoscaler")
@@ -45,16 +46,12 @@ def run(
 ) -> None:
     """Write decisions to status.autoscaling (settings: env LLMFLEET_AUTOSCALER_*)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    overrides: dict[str, Any] = {
-        key: value
-        for key, value in {
-            "prometheus_url": prometheus_url,
-            "namespaces": namespace,
-            "interval_seconds": interval,
-            "profiles_dir": profiles_dir,
-        }.items()
-        if value is not None
-    }
+    overrides = given(
+        prometheus_url=prometheus_url,
+        namespaces=namespace,
+        interval_seconds=interval,
+        profiles_dir=profiles_dir,
+    )
     settings = AutoscalerSettings(**overrides)
     profiles = load_profiles(settings.profiles_dir)
     metrics = AutoscalerMetrics()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import uvicorn
 
 from llmfleet.core.errors import UserError
+from llmfleet.core.options import given
 from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import StaticConfigError
 from llmfleet.gateway.settings import GatewaySettings
@@ -42,19 +43,15 @@ def run(
     ] = None,
 ) -> None:
     """Serve the OpenAI API, /metrics, /healthz, /readyz (settings: env LLMFLEET_GATEWAY_*)."""
-    overrides: dict[str, Any] = {
-        key: value
-        for key, value in {
-            "static_config": static_config,
-            "kubeconfig": kubeconfig,
-            "namespace": namespace,
-            "api_keys_secret": api_keys_secret,
-            "host": host,
-            "port": port,
-            "profile": profile,
-        }.items()
-        if value is not None
-    }
+    overrides = given(
+        static_config=static_config,
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        api_keys_secret=api_keys_secret,
+        host=host,
+        port=port,
+        profile=profile,
+    )
     settings = GatewaySettings(**overrides)
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s llmfleet-gateway %(levelname)s %(message)s"
