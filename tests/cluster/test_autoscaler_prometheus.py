@@ -6,7 +6,8 @@ service's pools, as the ServiceMonitor labels real engine pods. The operator run
 on kwok nodes, where nothing runs: the engines stand in for them and no traffic ever goes to a
 pod IP. The capacity profile gives a decode replica 2 streams within the ITL target, so closed-
 loop clients keeping about five requests in flight on the decode engines (2 sequences each, the
-rest queued) need three replicas, where the idle pool needs none and keeps its minimum of one.
+rest queued) need two or three replicas, and up to the maximum of four when the forecast reads
+the rising load as growth; the idle pool needs none and keeps its minimum of one.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def run(
         status_refresh_seconds=settings.status_refresh_seconds,
     )
     log.info(
-        "sizing %s every %.0f s from %s (%d capacity profiles)",
+        "sizing %s every %g s from %s (%d capacity profiles)",
         ", ".join(settings.namespaces) or "all namespaces",
         settings.interval_seconds,
         settings.prometheus_url,
