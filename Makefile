@@ -29,5 +29,9 @@ lint: setup  ## style, types and layer contracts
 	$(BIN)/mypy core crds operator autoscaler gateway runtime_image
 	$(BIN)/lint-imports
 
+# The Go builds and apt downloads need the network, so they run first, outside; pytest then runs
+# in a network namespace of its own with only loopback (`llmfleet isolated`), so no test can send
+# a packet off the machine whatever the code does.
 test: setup lint  ## every test, the cluster ones included (they start their own cluster)
-	$(BIN)/python -m pytest
+	$(BIN)/llmfleet cluster build
+	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,8 +1,9 @@
 """Shared test configuration: cluster-marked tests run last, after the fast unit tests; the real
 binaries tests run against (the engine simulator, Prometheus) as session fixtures.
 
-CI starts the cold Go build in the background before pytest; running the cluster tests last
-gives that build the whole unit-test run to make progress before the cluster fixture waits on it.
+`make test` builds every binary first, outside, then runs pytest in a loopback-only network
+namespace (`llmfleet isolated`), where nothing can be downloaded: a binary missing there is an
+error that says to run `llmfleet cluster build`, waiting first on a build already running.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from llmfleet.core.cluster import build
+from tests.net import require_isolation
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -20,11 +22,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def sim_binary() -> Path:
-    """llm-d-inference-sim, built from Go into the cache if missing (waits on a running build)."""
+    """llm-d-inference-sim from the cache (waits on a running build)."""
+    require_isolation()
     return build.ensure_binary("llm-d-inference-sim")
 
 
 @pytest.fixture(scope="session")
 def prometheus_binary() -> Path:
-    """Prometheus from Debian's package, fetched into the cache if missing."""
+    """Prometheus from Debian's package, from the cache (waits on a running fetch)."""
+    require_isolation()
     return build.ensure_binary("prometheus")

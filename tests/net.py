@@ -8,11 +8,24 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import httpx
+import pytest
+
+from llmfleet.core import netns
 
 T = TypeVar("T")
 
 
+def require_isolation() -> None:
+    """Fail the test (one line, no traceback) unless this process is in a loopback-only network
+    namespace: tests that start servers or clusters never run where a packet could leave."""
+    problem = netns.isolation_problem()
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+
+
 def free_port() -> int:
+    """A free port on 127.0.0.1 for a server the test starts (only inside the namespace)."""
+    require_isolation()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

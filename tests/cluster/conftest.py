@@ -1,8 +1,9 @@
 """The session's local cluster: started once (or taken from LLMFLEET_KUBECONFIG) and torn down.
 
-Every test module here sets `pytestmark = pytest.mark.cluster`. The fixture builds missing
-binaries first (it waits on the build lock when CI's background build is already at it), so a
-cold cache costs time, never a skip.
+Every test module here sets `pytestmark = pytest.mark.cluster`. The cluster runs inside the
+test run's loopback-only network namespace (`llmfleet isolated`; outside one the fixture fails
+with the reason); its binaries are built before, outside (`make test` does), and a build still
+running elsewhere is waited for, so a cold cache costs time, never a skip.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import pytest
 
 from llmfleet.core.cluster import LocalCluster
 from tests.cluster.kube import Kube
+from tests.net import require_isolation
 
 CLUSTER_NAME = "llmfleet-test"
 
 
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    require_isolation()
     configured = os.environ.get("LLMFLEET_KUBECONFIG")
     if configured:
         yield Kube(Path(configured))

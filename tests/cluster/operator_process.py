@@ -9,22 +9,31 @@ import subprocess
 import sys
 from pathlib import Path
 
+from llmfleet.core import loopback
 from tests.cluster.kube import Kube
+from tests.cluster.traced import traced, tracee
 
 
 class CliProcess:
-    """`llmfleet COMMAND ARGS…` as a child process, its output appended to `log`."""
+    """`llmfleet COMMAND ARGS…` as a child process, its output appended to `log`; with `trace`,
+    under strace, its every connect() written there. LLMFLEET_LOOPBACK_ONLY is on, as for every
+    process the local tooling starts (kwok's pod IPs lead off the machine)."""
 
     stop_signal = signal.SIGINT
     """What `stop` sends first; a process still running `stop_timeout` seconds later is killed."""
     stop_timeout = 20.0
 
-    def __init__(self, log: Path, command: str, *args: str, env: dict[str, str]) -> None:
+    def __init__(
+        self, log: Path, command: str, *args: str, env: dict[str, str], trace: Path | None = None
+    ) -> None:
         self.log = log
         self._out = log.open("ab")
+        argv = [sys.executable, "-m", "llmfleet.core.cli", command, *args]
+        self.traced = trace is not None
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "llmfleet.core.cli", command, *args],
-            env={**os.environ, **env}, stdout=self._out, stderr=subprocess.STDOUT,
+            traced(argv, trace) if trace is not None else argv,
+            env={**os.environ, loopback.ENV: "true", **env},
+            stdout=self._out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
     def text(self) -> str:
@@ -35,7 +44,9 @@ class CliProcess:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.send_signal(self.stop_signal)
+            # Under strace the signal goes to the command; strace exits with it.
+            target = tracee(self.process) if self.traced else self.process
+            target.send_signal(self.stop_signal)
             try:
                 self.process.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
@@ -45,15 +56,22 @@ class CliProcess:
 
 
 class OperatorProcess(CliProcess):
-    def __init__(self, kube: Kube, log: Path, *args: str, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        log: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        trace: Path | None = None,
+    ):
         environment = {
             "KUBECONFIG": str(kube.kubeconfig),
             # Short drains and resyncs keep the tests quick; the logic is the same.
             "LLMFLEET_OPERATOR_DRAIN_SECONDS": "3",
             "LLMFLEET_OPERATOR_RESYNC_SECONDS": "5",
             "LLMFLEET_OPERATOR_METRICS_PORT": "0",
-            # kwok's pod IPs are fake and off loopback: never send them traffic.
-            "LLMFLEET_OPERATOR_PROBE_IN_FLIGHT": "false",
+            # The in-flight probe stays on: kwok's pod IPs are off loopback, so the guard refuses
+            # each probe before it connects (and the pod drains for the whole period).
             **(env or {}),
         }
-        super().__init__(log, "operator", *args, env=environment)
+        super().__init__(log, "operator", *args, env=environment, trace=trace)

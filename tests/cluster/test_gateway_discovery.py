@@ -1,14 +1,16 @@
 """The gateway's Kubernetes discovery follows the operator on the real local cluster.
 
-No request is sent to the endpoints: kwok's pod IPs are fake. What is checked is the endpoint
-set the gateway would route to, as pools scale and pods are promoted and demoted.
+No request reaches the endpoints: kwok's pod IPs are fake and off loopback, and the gateway runs
+with LLMFLEET_LOOPBACK_ONLY on, which refuses them before connecting (test_loopback_only.py
+watches that from outside the process). What is checked is the endpoint set the gateway would
+route to, as pools scale and pods are promoted and demoted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import socket
+import signal
 import subprocess
 import sys
 import time
@@ -21,8 +23,9 @@ import pytest
 from llmfleet.crds import render
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from tests.cluster.kube import Kube
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operator_process import CliProcess, OperatorProcess
 from tests.crds.cases import SAMPLES_DIR
+from tests.net import free_port
 
 pytestmark = pytest.mark.cluster
 MODEL = "Qwen/Qwen2.5-7B-Instruct"  # spares.yaml's served name
@@ -88,20 +91,16 @@ def test_endpoint_set_follows_scaling_and_demotion(kube: Kube, ns: str) -> None:
     asyncio.run(scenario())
 
 
-class Gateway:
-    """`llmfleet gateway` as a process on a free 127.0.0.1 port."""
+class Gateway(CliProcess):
+    """`llmfleet gateway` as a process on a free 127.0.0.1 port (optionally under strace)."""
 
-    def __init__(self, log: Path, *args: str) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+    stop_signal = signal.SIGTERM
+
+    def __init__(self, log: Path, *args: str, trace: Path | None = None) -> None:
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llmfleet.core.cli", "gateway", *args,
-             "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        address = ("--host", "127.0.0.1", "--port", str(self.port))
+        super().__init__(log, "gateway", *args, *address, env={}, trace=trace)
 
     def models(self, key: str | None = None) -> list[str]:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -116,11 +115,6 @@ class Gateway:
             return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
         except httpx.TransportError:
             return False
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(20)
-        self._log.close()
 
 
 def test_gateway_serves_the_discovered_models(kube: Kube, ns: str, tmp_path: Path) -> None:

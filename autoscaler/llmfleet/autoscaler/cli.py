@@ -19,6 +19,7 @@ from llmfleet.autoscaler.profiles import load_profiles
 from llmfleet.autoscaler.settings import AutoscalerSettings
 from llmfleet.autoscaler.signals import PrometheusSignals
 from llmfleet.core.kube import api_client
+from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.core.options import given
 
 app = typer.Typer(help="Run the SLO-aware autoscaler.", invoke_without_command=True)
@@ -69,6 +70,10 @@ def run(
             rate_window=settings.rate_window,
             peak_window=settings.peak_window,
             peak_step=settings.scrape_interval,
+            guard=LoopbackGuard(
+                settings.loopback_only,
+                lambda client: metrics.nonlocal_refused.labels(client).inc(),
+            ),
         ),
         metrics,
         profiles=profiles,

@@ -47,6 +47,13 @@ class AutoscalerMetrics:
             buckets=(0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30),
             registry=self.registry,
         )
+        self.nonlocal_refused = Counter(
+            "llmfleet_autoscaler_nonlocal_refused_total",
+            "Connections refused before connecting because the destination is outside "
+            "127.0.0.0/8 and ::1 (LLMFLEET_LOOPBACK_ONLY), by client (prometheus).",
+            ["client"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "llmfleet_autoscaler_errors_total",
             "Passes or services that failed, by stage (list, signals, write).",

@@ -5,11 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from llmfleet.core.loopback import LoopbackSettings
 
 
-class AutoscalerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LLMFLEET_AUTOSCALER_", frozen=True)
+class AutoscalerSettings(LoopbackSettings):
+    """`loopback_only` (env `LLMFLEET_LOOPBACK_ONLY`) guards the Prometheus client."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LLMFLEET_AUTOSCALER_", frozen=True, populate_by_name=True
+    )
 
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     """Prometheus to read the engines' metrics from (the Prometheus Operator's default

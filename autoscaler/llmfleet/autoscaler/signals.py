@@ -63,11 +63,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from llmfleet.autoscaler.inputs import PoolSignals
+from llmfleet.core.loopback import LoopbackGuard
 
 NAMESPACE_LABEL = "namespace"
 SERVICE_LABEL = "llmfleet_dev_service"
@@ -261,11 +263,19 @@ class PrometheusSignals:
         peak_window: str = "30s",
         peak_step: str = "15s",
         timeout_s: float = 5.0,
+        guard: LoopbackGuard | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.options = QueryOptions(rate_window, mean_window, quantile, peak_window, peak_step)
+        self._guard = guard
+        session = requests.Session()
+        if guard is not None and guard.enabled:
+            session.max_redirects = 0  # a redirect could lead off loopback, past the check
         self._client = PrometheusConnect(
-            self.url, retry=Retry(total=0, raise_on_status=False), timeout=timeout_s
+            self.url,
+            retry=Retry(total=0, raise_on_status=False),
+            timeout=timeout_s,
+            session=session,
         )
 
     def read_all(
@@ -274,6 +284,8 @@ class PrometheusSignals:
         """Every present pool (of one namespace / service when given), in one HTTP call."""
         query = combined_query(signal_queries(self.options, matchers(namespace, service)))
         try:
+            if self._guard is not None:
+                self._guard.check_url(self.url, "prometheus")
             result = self._client.custom_query(query)
             return parse(result)
         except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from llmfleet.core import loopback, netns
 from llmfleet.core.cluster import ClusterError, LocalCluster, build
 from llmfleet.core.cluster.local import DEFAULT_NAME
 from llmfleet.core.cluster.nodes import GPU_TYPES
@@ -183,11 +184,26 @@ def cluster_status(name: NameOption = DEFAULT_NAME) -> None:
 
 @cluster_app.command("env")
 def cluster_env(name: NameOption = DEFAULT_NAME) -> None:
-    """Print `export KUBECONFIG=…` for the cluster (use: eval "$(llmfleet cluster env)")."""
+    """Print the environment for the cluster (use: eval "$(llmfleet cluster env)"): its
+    KUBECONFIG, and LLMFLEET_LOOPBACK_ONLY so llmfleet's components started from this shell
+    never connect to the cluster's fake pod IPs."""
     cluster = LocalCluster(name)
     if not cluster.kubeconfig.is_file():
         raise ClusterError(f"cluster {name!r} is not running (`llmfleet cluster up` starts it)")
     out.print(f"export KUBECONFIG={cluster.kubeconfig}", highlight=False, soft_wrap=True)
+    out.print(f"export {loopback.ENV}=true", highlight=False)
+
+
+@app.command(
+    "isolated",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def isolated(ctx: typer.Context) -> None:
+    """Run a command in a new network namespace with only loopback, LLMFLEET_LOOPBACK_ONLY on
+    (`llmfleet isolated -- python -m pytest`; make test does). Needs root and `unshare`."""
+    if not ctx.args:
+        raise UserError("usage: llmfleet isolated -- CMD [ARG...]")
+    netns.exec_isolated(list(ctx.args))
 
 
 @crds_app.command("render")

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.gateway import openai_request
 from llmfleet.gateway.aiohttp_transport import AiohttpTransport
 from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
@@ -91,10 +92,16 @@ def create_app(
     scrape_transport = transport  # scrapes are rare: httpx's own transport unless one is given
     if transport is None and settings.upstream_client == "aiohttp":
         transport = AiohttpTransport()  # opens its session lazily, inside the running loop
+    guard = LoopbackGuard(
+        settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc(), log
+    )
     # Created here but opened lazily; closed by the lifespan.
-    client = httpx.AsyncClient(transport=transport, limits=limits, timeout=None)
+    client = httpx.AsyncClient(
+        transport=guarded(transport, guard, "upstream", limits), limits=limits, timeout=None
+    )
     scrape_client = httpx.AsyncClient(
-        transport=scrape_transport, timeout=settings.scrape_timeout_seconds
+        transport=guarded(scrape_transport, guard, "scrape"),
+        timeout=settings.scrape_timeout_seconds,
     )
     forwarder = Forwarder(settings, client, table, metrics)
 

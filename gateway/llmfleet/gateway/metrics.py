@@ -81,6 +81,14 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.nonlocal_refused = Counter(
+            "llmfleet_gateway_nonlocal_refused",
+            "Connections refused before connecting because the destination is outside "
+            "127.0.0.0/8 and ::1 (LLMFLEET_LOOPBACK_ONLY), by client (upstream, scrape).",
+            ("client",),
+            registry=r,
+        )
+
         self._pools: dict[Labels, PoolMetrics] = {}
 
     def pool(self, labels: Labels) -> PoolMetrics:

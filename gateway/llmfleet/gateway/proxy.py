@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from starlette.responses import Response, StreamingResponse
 
+from llmfleet.core.loopback import NonLocalConnectError
 from llmfleet.gateway.discovery import Pool, Role, Service
 from llmfleet.gateway.endpoints import EndpointTable
 from llmfleet.gateway.errors import error_response, stream_error_event
@@ -161,6 +162,10 @@ class Forwarder:
                 raise Failure(
                     error_response(504, f"the engine at {url} did not answer in time"), "timeout"
                 ) from None
+            except NonLocalConnectError as error:  # never sent: logged once per endpoint
+                self._end(call, pool.role, url, tokens)
+                errors.append(f"{url}: {error}")
+                continue
             except httpx.HTTPError as error:  # refused, reset before the headers, ...
                 self._end(call, pool.role, url, tokens)
                 errors.append(

@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from llmfleet.core.loopback import LoopbackSettings
 
 
 class ProfileConfig(BaseModel):
@@ -38,10 +40,13 @@ DEFAULT_PROFILES: dict[str, ProfileConfig] = {
 }
 
 
-class GatewaySettings(BaseSettings):
-    """Everything the gateway process reads from its environment (or the CLI's options)."""
+class GatewaySettings(LoopbackSettings):
+    """Everything the gateway process reads from its environment (or the CLI's options);
+    `loopback_only` (env `LLMFLEET_LOOPBACK_ONLY`) guards the upstream client and the scraper."""
 
-    model_config = SettingsConfigDict(env_prefix="LLMFLEET_GATEWAY_", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="LLMFLEET_GATEWAY_", frozen=True, populate_by_name=True
+    )
 
     host: str = "0.0.0.0"
     """Address the HTTP server binds."""

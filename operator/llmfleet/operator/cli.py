@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from functools import partial
 from typing import Annotated, Any
 
 import kopf
@@ -13,7 +14,9 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
 from llmfleet.core.kube import api_client
+from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.operator.handlers import build_registry
+from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.kube import Kube
 from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.reconcile import Reconciler
@@ -78,7 +81,10 @@ def run(
     metrics = OperatorMetrics()
     if settings.metrics_port:
         start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
-    kube = Kube(api, settings.field_manager)
+    guard = LoopbackGuard(
+        settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc()
+    )
+    kube = Kube(api, settings.field_manager, partial(probe_in_flight, guard=guard))
     if not settings.probe_in_flight:
         kube.in_flight = lambda _ip, _port: None
     reconciler = Reconciler(kube, settings, metrics)

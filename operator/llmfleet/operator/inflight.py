@@ -9,6 +9,8 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
+from llmfleet.core.loopback import LoopbackGuard
+
 IN_FLIGHT_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
@@ -24,9 +26,14 @@ def parse_in_flight(metrics: str) -> int | None:
     return round(total) if seen else None
 
 
-def probe_in_flight(host: str, port: int, timeout: float = 0.5) -> int | None:
-    """GET http://host:port/metrics and count in-flight requests; None when it cannot tell."""
+def probe_in_flight(
+    host: str, port: int, timeout: float = 0.5, guard: LoopbackGuard | None = None
+) -> int | None:
+    """GET http://host:port/metrics and count in-flight requests; None when it cannot tell
+    (also when `guard` refuses the address: it is then never contacted)."""
     try:
+        if guard is not None:
+            guard.check(host, port, "probe")
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as reply:
             return parse_in_flight(reply.read().decode("utf-8", "replace"))
     except (OSError, urllib.error.URLError, ValueError):

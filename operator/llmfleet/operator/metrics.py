@@ -29,3 +29,10 @@ class OperatorMetrics:
             ["namespace", "service", "reason"],
             registry=self.registry,
         )
+        self.nonlocal_refused = Counter(
+            "llmfleet_operator_nonlocal_refused_total",
+            "Connections refused before connecting because the destination is outside "
+            "127.0.0.0/8 and ::1 (LLMFLEET_LOOPBACK_ONLY), by client (in-flight probe).",
+            ["client"],
+            registry=self.registry,
+        )

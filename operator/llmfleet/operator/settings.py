@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from llmfleet.core.loopback import LoopbackSettings
 
 
-class OperatorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LLMFLEET_OPERATOR_", frozen=True)
+class OperatorSettings(LoopbackSettings):
+    """`loopback_only` (env `LLMFLEET_LOOPBACK_ONLY`) guards the in-flight probe."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LLMFLEET_OPERATOR_", frozen=True, populate_by_name=True
+    )
 
     namespaces: list[str] = []
     """Namespaces to watch; all namespaces when empty."""
@@ -28,7 +34,7 @@ class OperatorSettings(BaseSettings):
     """Address the metrics endpoint binds to."""
     probe_in_flight: bool = True
     """Ask draining engines (pod IP, engine port, /metrics) how many requests they still hold;
-    off, a demoted pod always drains for the whole period. Off against the local kwok cluster,
-    whose pod IPs are fake."""
+    off, a demoted pod always drains for the whole period. Against the local kwok cluster, whose
+    pod IPs lead nowhere, `LLMFLEET_LOOPBACK_ONLY` refuses each probe before it connects."""
     gateway_url: str = ""
     """The gateway's URL shown as a service's endpoint; the pool Service address when empty."""

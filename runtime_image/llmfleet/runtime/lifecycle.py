@@ -31,6 +31,8 @@ from typing import TypeVar
 import httpx
 import uvicorn
 
+from llmfleet.core import loopback
+from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.runtime import metrics
 from llmfleet.runtime.args import EnginePlan
 from llmfleet.runtime.config import RuntimeConfig
@@ -113,7 +115,11 @@ class Supervisor:
             loop.add_signal_handler(sig, self._on_signal, sig)
         started = self.clock()
         serving = self.config.serving
-        async with httpx.AsyncClient(base_url=self.engine_url, timeout=None) as client:
+        # The engine is on 127.0.0.1 by construction; the guard keeps it so if that changes.
+        transport = guarded(None, LoopbackGuard(loopback.enabled()), "engine")
+        async with httpx.AsyncClient(
+            base_url=self.engine_url, timeout=None, transport=transport
+        ) as client:
             front = _Front(
                 uvicorn.Config(
                     create_front(self.gate, client),

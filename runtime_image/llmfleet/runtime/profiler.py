@@ -27,6 +27,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from llmfleet.core import loopback
 from llmfleet.core.capacity_profile import (
     CapacityProfile,
     ItlPoint,
@@ -34,6 +35,7 @@ from llmfleet.core.capacity_profile import (
     TtftFit,
     TtftPoint,
 )
+from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.runtime import metrics
 from llmfleet.runtime.errors import ExitCode, LauncherError
 
@@ -225,7 +227,11 @@ async def profile(settings: ProfileSettings, step: Callable[[str], None]) -> Cap
 async def _profile(settings: ProfileSettings, step: Callable[[str], None]) -> CapacityProfile:
     limits = httpx.Limits(max_connections=settings.max_concurrency + 8)
     timeout = httpx.Timeout(settings.timeout_seconds, connect=10)
-    async with httpx.AsyncClient(base_url=settings.url, timeout=timeout, limits=limits) as client:
+    # With LLMFLEET_LOOPBACK_ONLY on, a URL outside loopback fails here before connecting.
+    transport = guarded(None, LoopbackGuard(loopback.enabled()), "profile", limits)
+    async with httpx.AsyncClient(
+        base_url=settings.url, timeout=timeout, limits=limits, transport=transport
+    ) as client:
         model, context = await _model_card(client, settings.model)
         profiler = _Profiler(settings, client, model)
         await profiler.one(16)  # a first request pays one-off costs; keep it out of the figures

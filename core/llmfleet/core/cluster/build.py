@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from llmfleet.core import netns
 from llmfleet.core.cluster.errors import ClusterError
 from llmfleet.core.cluster.toolchain import (
     TOOLS,
@@ -117,6 +118,12 @@ def build_tool(tool: Tool, root: Path | None = None, progress: Progress | None =
     with _locked(directory.parent / f"{tool.key}.lock"):
         if is_built(tool, root):
             return 0.0
+        if netns.interfaces() == ["lo"]:
+            raise ClusterError(
+                f"{tool.key} is not built and this process has no network (a loopback-only "
+                "namespace: `llmfleet isolated`): run `llmfleet cluster build` outside it "
+                "first (make test does)"
+            )
         partial = directory / "bin.partial"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
