@@ -33,5 +33,7 @@ lint: setup  ## style, types and layer contracts
 # in a network namespace of its own with only loopback (`llmfleet isolated`), so no test can send
 # a packet off the machine whatever the code does.
 test: setup lint  ## every test, the cluster ones included (they start their own cluster)
+	@command -v strace >/dev/null || apt-get install -y -q strace || \
+		(apt-get update -q && apt-get install -y -q strace)  # tests watch connect() with it
 	$(BIN)/llmfleet cluster build
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -5,9 +5,11 @@ own histogram), its CPU seconds and peak RSS. Baseline in the same run and the s
 the same 200 Deployments applied directly, without the operator — the floor set by the control
 plane (scheduler, controllers, kwok) that the operator's own overhead adds to.
 
-    python bench/operator_scale.py [--services 200] [--kubeconfig FILE]
+    llmfleet isolated -- python bench/operator_scale.py [--services 200] [--kubeconfig FILE]
 
-Without --kubeconfig it starts (and stops) its own cluster with enough fake GPU nodes.
+Without --kubeconfig it starts (and stops) its own cluster with enough fake GPU nodes. It runs
+only inside a loopback-only network namespace (`llmfleet isolated`), like the tests, and with
+LLMFLEET_LOOPBACK_ONLY on: kwok's pod IPs lead off the machine.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import psutil
 import yaml
 
+from llmfleet.core import netns
 from llmfleet.core.cluster import LocalCluster, build
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 from llmfleet.crds import render
@@ -152,7 +155,8 @@ def run(kubeconfig: Path, count: int, workdir: Path) -> None:
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "LLMFLEET_OPERATOR_METRICS_PORT": str(port),
-        "LLMFLEET_OPERATOR_PROBE_IN_FLIGHT": "false",
+        "LLMFLEET_OPERATOR_PROBE_IN_FLIGHT": "false",  # the figures are the reconcile's own
+        "LLMFLEET_LOOPBACK_ONLY": "true",
         "LLMFLEET_OPERATOR_METRICS_HOST": "127.0.0.1",
     }
     log = (workdir / "operator.log").open("w")
@@ -202,6 +206,9 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=200)
     parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new one")
     args = parser.parse_args()
+    problem = netns.isolation_problem()
+    if problem is not None:
+        sys.exit(f"operator_scale: {problem}")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         if args.kubeconfig:

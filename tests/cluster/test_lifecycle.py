@@ -61,7 +61,10 @@ def test_up_status_env_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert "gpu-h200-0" in status.stdout
 
     exported = llmfleet(env, "cluster", "env", "--name", name).stdout.strip()
-    assert exported == f"export KUBECONFIG={cluster.kubeconfig}"
+    assert exported.splitlines() == [
+        f"export KUBECONFIG={cluster.kubeconfig}",
+        "export LLMFLEET_LOOPBACK_ONLY=true",
+    ]
     assert "~/.kube" not in exported
 
     again = llmfleet(env, "cluster", "up", "--name", name)

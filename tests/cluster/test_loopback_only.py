@@ -82,7 +82,8 @@ def test_gateway_in_discovery_mode_never_connects_off_loopback(
     try:
         kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
         wait_ready(kube, ns, "llama-8b")
-        assert len(serving_endpoints(kube, ns, "llama-8b-unified")) == 2
+        kube.wait_for(lambda: len(serving_endpoints(kube, ns, "llama-8b-unified")) == 2, 60,
+                      "both pods serving")  # fmt: skip
         kube.wait_for(lambda: refused(metrics, name).get("scrape", 0) > 0, 60,
                       f"the gateway to refuse its first scrape ({gateway.log})")  # fmt: skip
         started = time.monotonic()

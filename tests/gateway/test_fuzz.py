@@ -27,7 +27,7 @@ def _engine(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json=ENGINE_ANSWER)
 
 
-_SERVICE = Service("m", "ns", "svc", {"unified": Pool("unified", ("http://e1:8000",))})
+_SERVICE = Service("m", "ns", "svc", {"unified": Pool("unified", ("http://127.0.0.1:8001",))})
 _APP = create_app(
     GatewaySettings(),
     discovery=StaticDiscovery({"m": _SERVICE}),

@@ -60,7 +60,7 @@ class FakeClock:
 
 
 def _app(clock: FakeClock) -> httpx.AsyncClient:
-    service = Service("m", "ns", "svc", {"unified": Pool("unified", ("http://e:8000",))})
+    service = Service("m", "ns", "svc", {"unified": Pool("unified", ("http://127.0.0.1:8001",))})
     app = create_app(
         GatewaySettings(),
         discovery=StaticDiscovery({"m": service}),

@@ -99,8 +99,15 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _offline() -> bool:
+    """Only loopback here (a namespace of `llmfleet isolated`): nothing can be downloaded."""
+    return netns.interfaces() == ["lo"]
+
+
 def _go_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
+    if _offline():  # fail at once, saying so, instead of Go's lookups of the module proxy
+        env["GOPROXY"] = "off"
     # Build with the machine's toolchain only (never download another one) and keep the module
     # cache deletable by a plain `rm -rf`.
     env["GOTOOLCHAIN"] = "local"
@@ -118,26 +125,29 @@ def build_tool(tool: Tool, root: Path | None = None, progress: Progress | None =
     with _locked(directory.parent / f"{tool.key}.lock"):
         if is_built(tool, root):
             return 0.0
-        if netns.interfaces() == ["lo"]:
-            raise ClusterError(
-                f"{tool.key} is not built and this process has no network (a loopback-only "
-                "namespace: `llmfleet isolated`): run `llmfleet cluster build` outside it "
-                "first (make test does)"
-            )
         partial = directory / "bin.partial"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         started = time.monotonic()
         stamp: dict[str, object] = {"tool": tool.name, "version": tool.version}
-        if isinstance(tool, DebTool):
-            stamp["package"] = tool.pin
-            _fetch_deb(tool, partial, progress)
-            lines: list[str] = []
-        else:
-            go = check_go()
-            argv, cwd, extra_env = tool.command(partial)
-            argv[0] = go
-            lines = _run_streaming(argv, cwd, _go_env(extra_env), tool, progress)
+        try:
+            if isinstance(tool, DebTool):
+                stamp["package"] = tool.pin
+                _fetch_deb(tool, partial, progress)
+                lines: list[str] = []
+            else:
+                go = check_go()
+                argv, cwd, extra_env = tool.command(partial)
+                argv[0] = go
+                lines = _run_streaming(argv, cwd, _go_env(extra_env), tool, progress)
+        except ClusterError as error:
+            if _offline():
+                raise ClusterError(
+                    f"{error}\n{tool.key} is not built and this process has no network (a "
+                    "loopback-only namespace, `llmfleet isolated`): run `llmfleet cluster build` "
+                    "outside it first (make test does)"
+                ) from None
+            raise
         seconds = time.monotonic() - started
         _install(tool, partial, directory, lines)
         stamp["seconds"] = round(seconds, 1)

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import yaml
 
+from llmfleet.core import loopback
 from llmfleet.core.cluster import build, nodes
 from llmfleet.core.cluster.errors import ClusterError
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
@@ -153,6 +154,8 @@ class LocalCluster:
         env = dict(os.environ)
         env["KWOK_WORKDIR"] = str(self.workdir)
         env["KUBECONFIG"] = str(self.kubeconfig)
+        # Every process the local tooling starts keeps off kwok's pod IPs (loopback.py).
+        env[loopback.ENV] = "true"
         bin_dirs = [str(build.bin_dir(TOOLS_BY_NAME[name])) for name in CLUSTER_TOOLS]
         env["PATH"] = os.pathsep.join([*bin_dirs, env.get("PATH", "")])
         return env
