@@ -13,9 +13,7 @@ from llmfleet.core.loopback import LoopbackSettings
 class AutoscalerSettings(LoopbackSettings):
     """`loopback_only` (env `LLMFLEET_LOOPBACK_ONLY`) guards the Prometheus client."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="LLMFLEET_AUTOSCALER_", frozen=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="LLMFLEET_AUTOSCALER_", frozen=True)
 
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     """Prometheus to read the engines' metrics from (the Prometheus Operator's default

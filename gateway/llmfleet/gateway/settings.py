@@ -44,9 +44,7 @@ class GatewaySettings(LoopbackSettings):
     """Everything the gateway process reads from its environment (or the CLI's options);
     `loopback_only` (env `LLMFLEET_LOOPBACK_ONLY`) guards the upstream client and the scraper."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="LLMFLEET_GATEWAY_", frozen=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="LLMFLEET_GATEWAY_", frozen=True)
 
     host: str = "0.0.0.0"
     """Address the HTTP server binds."""

@@ -11,9 +11,7 @@ from llmfleet.core.loopback import LoopbackSettings
 class OperatorSettings(LoopbackSettings):
     """`loopback_only` (env `LLMFLEET_LOOPBACK_ONLY`) guards the in-flight probe."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="LLMFLEET_OPERATOR_", frozen=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="LLMFLEET_OPERATOR_", frozen=True)
 
     namespaces: list[str] = []
     """Namespaces to watch; all namespaces when empty."""
