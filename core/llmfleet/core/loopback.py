@@ -24,13 +24,14 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import Field
+from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV = "LLMFLEET_LOOPBACK_ONLY"
 """The environment variable every component reads (no component prefix: one switch for all)."""
 
 log = logging.getLogger("llmfleet.loopback")
+_BOOL = TypeAdapter(bool)
 
 
 class LoopbackSettings(BaseSettings):
@@ -45,9 +46,13 @@ class LoopbackSettings(BaseSettings):
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
-    """Whether `ENV` is set to a true value (for code without a settings class)."""
-    value = (environ if environ is not None else os.environ).get(ENV, "")
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    """Whether `ENV` is set to a true value (for code without a settings class), read with the
+    same boolean parsing as `LoopbackSettings`; an unset or unreadable value is off."""
+    value = (environ if environ is not None else os.environ).get(ENV, "").strip()
+    try:
+        return _BOOL.validate_python(value) if value else False
+    except ValidationError:
+        return False
 
 
 def is_loopback(host: str) -> bool:
