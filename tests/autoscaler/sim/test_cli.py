@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,10 @@ from llmfleet.autoscaler.sim.cli import app
 from llmfleet.autoscaler.sim.compare import POLICIES, Options, compare
 from llmfleet.autoscaler.sim.model import EngineModel
 from llmfleet.autoscaler.sim.run import SimSettings, Slo
-from llmfleet.autoscaler.sim.traces import load
+from llmfleet.autoscaler.sim.traces import TRACES_DIR_ENV, TraceError, load, shipped_dir
 from llmfleet.core.errors import UserError
 
-REAL = Path(__file__).resolve().parents[4] / "shared" / "data" / "traces"
+REPO = Path(__file__).resolve().parents[3]
 runner = CliRunner()
 
 
@@ -107,8 +108,39 @@ def test_a_malformed_trace_line_is_a_user_error_naming_the_line(tmp_path: Path) 
     assert f"{path}:2:" in str(result.exception)
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="shared traces not present")
-def test_real_traces_json_ours_against_five_baselines() -> None:
+def test_the_default_is_the_repositorys_trace_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TRACES_DIR_ENV, raising=False)
+    assert shipped_dir() == REPO / "data" / "traces"
+    assert {p.name for p in shipped_dir().iterdir()} >= {
+        "azure2023_code.csv",
+        "mooncake_synthetic.jsonl",
+        "README.md",
+    }
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        pytest.param(lambda tmp: tmp / "nowhere", "no such trace folder", id="missing-folder"),
+        pytest.param(lambda tmp: tmp, "no .csv or .jsonl trace in the folder", id="empty-folder"),
+    ],
+)
+def test_no_default_trace_is_an_error_not_an_empty_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[[Path], Path],
+    message: str,
+) -> None:
+    folder = make(tmp_path)
+    monkeypatch.setenv(TRACES_DIR_ENV, str(folder))
+    result = runner.invoke(app, ["--quiet"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, TraceError)
+    assert str(result.exception).startswith(f"{folder}: {message}")
+
+
+def test_real_traces_json_ours_against_five_baselines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TRACES_DIR_ENV, raising=False)
     result = runner.invoke(app, ["--json", "--quiet"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)

@@ -15,7 +15,7 @@ from llmfleet.autoscaler.sim import report
 from llmfleet.autoscaler.sim.compare import POLICIES, Options, check_policies, compare
 from llmfleet.autoscaler.sim.model import EngineModel
 from llmfleet.autoscaler.sim.run import SimSettings, Slo
-from llmfleet.autoscaler.sim.traces import load
+from llmfleet.autoscaler.sim.traces import TRACES_DIR_ENV, load, shipped
 
 app = typer.Typer(
     help="Replay request traces through a simulated fleet: our policy vs the baselines.",
@@ -24,9 +24,6 @@ app = typer.Typer(
     # `llmfleet sim TRACE --json` must still see --json.
     context_settings={"allow_interspersed_args": True},
 )
-
-DEFAULT_TRACES = Path(__file__).resolve().parents[4].parent / "shared" / "data" / "traces"
-"""`../shared/data/traces` from the repository root."""
 
 SLO_DEFAULTS = {"azure": (2000.0, 50.0), "mooncake": (10_000.0, 100.0)}
 """(TTFT ms, ITL ms) per trace kind when not given: interactive code completion for Azure's
@@ -37,7 +34,11 @@ SLO_DEFAULTS = {"azure": (2000.0, 50.0), "mooncake": (10_000.0, 100.0)}
 def run(
     traces: Annotated[
         list[Path] | None,
-        typer.Argument(help=f"Azure .csv or Mooncake .jsonl traces (default: {DEFAULT_TRACES})."),
+        typer.Argument(
+            help="Azure .csv or Mooncake .jsonl traces (default: the repository's data/traces/, "
+            f"or ${TRACES_DIR_ENV}).",
+            show_default=False,
+        ),
     ] = None,
     *,
     policy: Annotated[
@@ -79,7 +80,7 @@ def run(
 ) -> None:
     """Print SLO attainment, GPU-hours, latency tails and scaling per policy for each trace."""
     names = check_policies(policy or list(POLICIES))
-    paths = traces or sorted(p for p in DEFAULT_TRACES.glob("*") if p.suffix in (".csv", ".jsonl"))
+    paths = traces or shipped()
     err = Console(stderr=True)
 
     def progress(message: str) -> None:

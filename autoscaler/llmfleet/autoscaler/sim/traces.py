@@ -9,12 +9,16 @@
 
 Arrival times are seconds from the trace's first request. A line that cannot be read raises
 `TraceError` (a `UserError`) naming the file and the 1-based line number.
+
+The repository ships both public traces in `data/traces/` (`shipped()`); `TRACES_DIR_ENV` points
+elsewhere.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +29,10 @@ from llmfleet.core.errors import UserError
 MOONCAKE_BLOCK_TOKENS = 512
 """Tokens per `hash_ids` block in the Mooncake traces (FAST'25 release README)."""
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+SUFFIXES = (".csv", ".jsonl")
+
+TRACES_DIR_ENV = "LLMFLEET_TRACES_DIR"
+"""A folder of traces read instead of the repository's `data/traces/`."""
 
 
 class TraceError(UserError):
@@ -60,6 +68,37 @@ class Trace:
     @property
     def mean_output_tokens(self) -> float:
         return sum(r.output_tokens for r in self.requests) / max(len(self.requests), 1)
+
+
+def shipped_dir() -> Path:
+    """`$LLMFLEET_TRACES_DIR`, else `data/traces/` of the checkout llmfleet runs from: the
+    nearest folder above this module holding `pyproject.toml` (an editable install, as `make`
+    sets up; an installed wheel carries no traces and needs the variable)."""
+    override = os.environ.get(TRACES_DIR_ENV, "").strip()
+    if override:
+        return Path(override)
+    here = Path(__file__).resolve().parent
+    for folder in here.parents:
+        if (folder / "pyproject.toml").is_file():
+            return folder / "data" / "traces"
+    raise TraceError(
+        f"no trace folder: llmfleet is not running from a checkout (no pyproject.toml above "
+        f"{here}); name trace files or set {TRACES_DIR_ENV}"
+    )
+
+
+def shipped() -> list[Path]:
+    """Every trace in `shipped_dir()`, sorted by name; a missing or empty folder is a
+    `TraceError`, never an empty list (a replay of nothing would look like success)."""
+    folder = shipped_dir()
+    if not folder.is_dir():
+        raise TraceError(
+            f"{folder}: no such trace folder (name trace files or set {TRACES_DIR_ENV})"
+        )
+    paths = sorted(p for p in folder.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    if not paths:
+        raise TraceError(f"{folder}: no .csv or .jsonl trace in the folder")
+    return paths
 
 
 def load(path: Path, *, limit_s: float | None = None) -> Trace:
