@@ -40,6 +40,9 @@ class AutoscalerSettings(LoopbackSettings):
     profiles_dir: Path | None = None
     """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
     field_manager: str = "llmfleet-autoscaler"
-    metrics_port: int = Field(default=8081, ge=0, le=65535)
-    """Port of the autoscaler's /metrics endpoint (0: no endpoint)."""
-    metrics_host: str = "0.0.0.0"
+    metrics_port: int = Field(default=8082, ge=0, le=65535)
+    """Port of the autoscaler's /metrics endpoint (0: no endpoint); the gateway has 8080 and the
+    operator 8081, so all three run side by side on one machine."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint binds to: loopback, for a local run; in a pod, `0.0.0.0`
+    so that Prometheus can scrape it."""

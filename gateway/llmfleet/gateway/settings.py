@@ -46,10 +46,12 @@ class GatewaySettings(LoopbackSettings):
 
     model_config = SettingsConfigDict(env_prefix="LLMFLEET_GATEWAY_", frozen=True)
 
-    host: str = "0.0.0.0"
-    """Address the HTTP server binds."""
-    port: int = 8080
-    """Port of the OpenAI-compatible API, /metrics, /healthz and /readyz."""
+    host: str = "127.0.0.1"
+    """Address the HTTP server binds: loopback, for a local run; `0.0.0.0` (or the pod's
+    address) to serve other machines, as in a pod."""
+    port: int = Field(default=8080, ge=1, le=65535)
+    """Port of the OpenAI-compatible API, /metrics, /healthz and /readyz (the operator's metrics
+    have 8081 and the autoscaler's 8082)."""
     static_config: Path | None = None
     """YAML file mapping served model names to pools of endpoint URLs (no Kubernetes needed)."""
     kubeconfig: Path | None = None

@@ -26,10 +26,12 @@ class OperatorSettings(LoopbackSettings):
     """Reconcile every service at least this often, even when nothing changed."""
     peering: str = "llmfleet"
     """kopf peering object: replicas sharing it elect one active operator."""
-    metrics_port: int = Field(default=8080, ge=0, le=65535)
-    """Port of the operator's /metrics endpoint (0: no endpoint)."""
-    metrics_host: str = "0.0.0.0"
-    """Address the metrics endpoint binds to."""
+    metrics_port: int = Field(default=8081, ge=0, le=65535)
+    """Port of the operator's /metrics endpoint (0: no endpoint); the gateway has 8080 and the
+    autoscaler 8082, so all three run side by side on one machine."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint binds to: loopback, for a local run; in a pod, `0.0.0.0`
+    so that Prometheus can scrape it."""
     probe_in_flight: bool = True
     """Ask draining engines (pod IP, engine port, /metrics) how many requests they still hold;
     off, a demoted pod always drains for the whole period. Against the local kwok cluster, whose
