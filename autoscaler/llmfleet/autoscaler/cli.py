@@ -18,7 +18,7 @@ from llmfleet.autoscaler.metrics import AutoscalerMetrics
 from llmfleet.autoscaler.profiles import load_profiles
 from llmfleet.autoscaler.settings import AutoscalerSettings
 from llmfleet.autoscaler.signals import PrometheusSignals
-from llmfleet.core.kube import api_client
+from llmfleet.core.kube import connect
 from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.core.options import given
 
@@ -59,7 +59,7 @@ def run(
     if settings.metrics_port and not once:
         start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
     kube = Kube(
-        api_client(str(kubeconfig) if kubeconfig else None),
+        connect(str(kubeconfig) if kubeconfig else None),
         settings.namespaces,
         settings.field_manager,
     )

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from kubernetes import client, config
 
 from llmfleet.core import loopback
+from llmfleet.core.errors import UserError
+
+GET_A_CLUSTER = '`llmfleet cluster up` starts a local one; then `eval "$(llmfleet cluster env)"`'
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -24,3 +30,40 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         api = client.ApiClient()
     loopback.LoopbackGuard(loopback.enabled()).check_url(api.configuration.host, "kubernetes")
     return api
+
+
+class NoKubeconfig(UserError):
+    """No usable Kubernetes configuration, said in one line with where it was looked for."""
+
+
+def connect(kubeconfig: str | None = None) -> client.ApiClient:
+    """`api_client` for commands a person starts: a missing or unreadable configuration is a
+    `NoKubeconfig` naming the file it looked at, instead of the client's traceback."""
+    try:
+        return api_client(kubeconfig)
+    except loopback.NonLocalRefused as error:
+        raise NoKubeconfig(f"cannot use the Kubernetes API server: {error}") from None
+    except Exception as error:
+        # NOTE: the client's loaders raise ConfigException for a missing or incomplete file,
+        # yaml's errors for one that is not YAML, and TypeError or KeyError for YAML that is not a
+        # kubeconfig; every one of them means this configuration cannot be used.
+        raise NoKubeconfig(
+            f"no Kubernetes cluster to talk to: {_looked_at(kubeconfig, error)} ({GET_A_CLUSTER})"
+        ) from None
+
+
+def _looked_at(kubeconfig: str | None, error: Exception) -> str:
+    """Where the configuration was looked for, and what is wrong with it."""
+    variable = os.environ.get("KUBECONFIG", "")
+    if kubeconfig:
+        where, names = kubeconfig, [kubeconfig]
+    else:
+        shown = f"KUBECONFIG={variable}" if variable else "~/.kube/config"
+        where = f"not running in a pod, and {shown}"
+        names = variable.split(os.pathsep) if variable else ["~/.kube/config"]
+    paths = [Path(name).expanduser() for name in names if name]
+    if not any(path.is_file() for path in paths):
+        return f"{where} {'is not a file' if any(p.exists() for p in paths) else 'does not exist'}"
+    if isinstance(error, config.ConfigException):
+        return f"{where} cannot be used: {' '.join(str(error).split()).rstrip('.')}"
+    return f"{where} is not a kubeconfig file"

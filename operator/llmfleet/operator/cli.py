@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
-from llmfleet.core.kube import api_client
+from llmfleet.core.kube import connect
 from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.operator.handlers import build_registry
 from llmfleet.operator.inflight import probe_in_flight
@@ -75,7 +75,7 @@ def run(
         raise typer.BadParameter(
             "namespace patterns need --standalone: peering objects live in named namespaces"
         )
-    api = api_client()
+    api = connect()
     if not standalone:
         ensure_peering(api, peering_name, namespaces)
     metrics = OperatorMetrics()
