@@ -66,3 +66,18 @@ def test_bad_input_is_one_line_and_exit_1(args: list[str], fragment: str, tmp_pa
     assert result.returncode == 1
     assert fragment in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_bad_static_config_is_one_line_per_problem(tmp_path: Path) -> None:
+    config = tmp_path / "fleet.yaml"
+    config.write_text("models:\n  m1:\n    unifed: [http://127.0.0.1:1]\n  m2: {decode: [x]}\n")
+    result = subprocess.run(
+        [str(LLMFLEET), "gateway", "--static-config", str(config)],
+        check=False, capture_output=True, text=True, timeout=30,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: {config}: models.m1.unifed: unknown key",
+        f"error: {config}: models.m2.decode[0]: not a URL (relative URL without a base): 'x'",
+    ]

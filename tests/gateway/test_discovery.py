@@ -37,23 +37,63 @@ def test_static_config_maps_models_to_pools() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "fragment"),
+    ("text", "lines"),
     [
-        pytest.param("models: {m: {}}", "needs `unified`", id="no-pools"),
         pytest.param(
-            "models: {m: {unified: [http://a:1], decode: [http://b:1]}}", "not both", id="both"
+            "models: {m: {}}",
+            ["models.m: a model needs `unified` or `prefill` and `decode` endpoints"],
+            id="no-pools",
         ),
-        pytest.param("models: {m: {unified: [not a url]}}", "unified.0", id="bad-url"),
-        pytest.param("models: {m: {unifed: [http://a:1]}}", "unifed", id="typo"),
-        pytest.param("models: {m: {unified: [], limits: {maxTokens: 0}}}", "maxTokens", id="cap-0"),
-        pytest.param("models: [", "invalid static config", id="not-yaml"),
-        pytest.param("{}", "models", id="empty"),
+        pytest.param(
+            "models: {m: {unified: [http://a:1], decode: [http://b:1]}}",
+            ["models.m: a model has either `unified` or `prefill`/`decode` pools, not both"],
+            id="both",
+        ),
+        pytest.param(
+            "models: {m: {unified: [not a url, 'ftp://x:1']}}",
+            [
+                "models.m.unified[0]: not a URL (relative URL without a base): 'not a url'",
+                "models.m.unified[1]: the URL's scheme must be 'http' or 'https', got 'ftp://x:1'",
+            ],
+            id="bad-urls",
+        ),
+        pytest.param(
+            "models: {m: {unifed: [http://a:1]}}", ["models.m.unifed: unknown key"], id="typo"
+        ),
+        pytest.param(
+            "models: {m: {unified: [], limits: {maxTokens: 0, timeoutSeconds: soon}}}",
+            [
+                "models.m.limits.maxTokens: must be greater than 0, got 0",
+                "models.m.limits.timeoutSeconds: must be a number, got 'soon'",
+            ],
+            id="limits",
+        ),
+        pytest.param(
+            "models: {m: {unified: http://a:1}}",
+            ["models.m.unified: must be a list, got 'http://a:1'"],
+            id="not-a-list",
+        ),
+        pytest.param(
+            "models: {meta-llama/Llama-3.1-8B: {prefill: [x], decode: [http://b:1]}}",
+            [
+                'models["meta-llama/Llama-3.1-8B"].prefill[0]: '
+                "not a URL (relative URL without a base): 'x'"
+            ],
+            id="model-name-quoted",
+        ),
+        pytest.param(
+            "models: [",
+            ["line 1, column 10: not YAML: expected the node content, but found '<stream end>'"],
+            id="not-yaml",
+        ),
+        pytest.param("{}", ["models: required"], id="empty"),
+        pytest.param("", ["must be a mapping, got nothing"], id="empty-file"),
     ],
 )
-def test_static_config_errors(text: str, fragment: str) -> None:
-    with pytest.raises(StaticConfigError, match="invalid static config") as raised:
-        parse_static_config(text)
-    assert fragment in str(raised.value)
+def test_static_config_errors_are_one_line_per_problem(text: str, lines: list[str]) -> None:
+    with pytest.raises(StaticConfigError) as raised:
+        parse_static_config(text, "fleet.yaml")
+    assert str(raised.value).splitlines() == [f"fleet.yaml: {line}" for line in lines]
 
 
 def test_static_discovery_from_file(tmp_path: Path) -> None:

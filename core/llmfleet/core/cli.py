@@ -1,6 +1,7 @@
 """The `llmfleet` command line (typer + rich).
 
-Errors a person can act on (`UserError`) print one red line and exit 1, never a traceback.
+Errors a person can act on (`UserError`) print one red line per problem and exit 1, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -263,7 +264,8 @@ def main() -> None:
     try:
         app(standalone_mode=True)
     except UserError as error:
-        err.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        for line in str(error).splitlines() or [""]:  # one problem a line, each marked
+            err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
         sys.exit(1)
 
 

@@ -2,7 +2,8 @@
 
 
 class UserError(Exception):
-    """A problem stated in one line a person can act on.
+    """A problem stated in one line a person can act on (several problems: one line each).
 
-    The CLI prints `str(error)` and exits 1; it never shows a traceback for these.
+    The CLI prints each line of `str(error)` after `error:` and exits 1; it never shows a
+    traceback for these.
     """

@@ -28,6 +28,8 @@ from typing import Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
 
+from llmfleet.core.problems import problems, yaml_problem
+
 Role = Literal["unified", "prefill", "decode"]
 
 
@@ -77,7 +79,8 @@ class Discovery(Protocol):
 
 
 class StaticConfigError(ValueError):
-    """The static configuration file is missing or malformed (message names the field)."""
+    """The static configuration file is missing or malformed: one line per problem, each
+    naming the file and the key path."""
 
 
 class _LimitsModel(BaseModel):
@@ -109,13 +112,16 @@ class _StaticFile(BaseModel):
     models: dict[str, _ServiceModel]
 
 
-def parse_static_config(text: str) -> dict[str, Service]:
-    """The services a static YAML document describes; StaticConfigError when it is invalid."""
+def parse_static_config(text: str, source: str = "static config") -> dict[str, Service]:
+    """The services a static YAML document describes; StaticConfigError when it is invalid,
+    with one line per problem: `SOURCE: KEY.PATH: what is wrong` (`source`: the file's name)."""
     try:
-        raw = yaml.safe_load(text)
-        parsed = _StaticFile.model_validate(raw)
-    except (yaml.YAMLError, ValidationError) as error:
-        raise StaticConfigError(f"invalid static config: {error}") from error
+        parsed = _StaticFile.model_validate(yaml.safe_load(text))
+    except yaml.YAMLError as error:
+        raise StaticConfigError(f"{source}: {yaml_problem(error)}") from error
+    except ValidationError as error:
+        lines = problems(error)
+        raise StaticConfigError("\n".join(f"{source}: {line}" for line in lines)) from error
     services: dict[str, Service] = {}
     for model, spec in parsed.models.items():
         pools: dict[Role, Pool] = {}
@@ -145,7 +151,7 @@ class StaticDiscovery:
             text = path.read_text()
         except OSError as error:
             raise StaticConfigError(f"cannot read static config {path}: {error}") from error
-        return cls(parse_static_config(text))
+        return cls(parse_static_config(text, str(path)))
 
     async def start(self) -> None:
         return None

@@ -26,6 +26,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llmfleet.core.problems import problems, yaml_problem
+
 
 @dataclass
 class Bucket:
@@ -103,8 +105,11 @@ class Tenants:
     def parse(cls, text: str, clock: Callable[[], float] = time.monotonic) -> Tenants:
         try:
             parsed = _KeysFile.model_validate(yaml.safe_load(text))
-        except (yaml.YAMLError, ValidationError) as error:
-            raise TenantsError(f"invalid API keys file: {error}") from error
+        except yaml.YAMLError as error:
+            raise TenantsError(f"invalid API keys file: {yaml_problem(error)}") from error
+        except ValidationError as error:
+            lines = (f"invalid API keys file: {line}" for line in problems(error))
+            raise TenantsError("\n".join(lines)) from error
         by_key: dict[str, Tenant] = {}
         for name, spec in parsed.tenants.items():
             tenant = Tenant(name, spec.requests_per_minute, spec.tokens_per_minute)
