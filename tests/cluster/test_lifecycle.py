@@ -58,6 +58,7 @@ def test_up_status_env_down_leaves_nothing_behind(tmp_path: Path) -> None:
     status = llmfleet(env, "cluster", "status", "--name", name)
     assert status.returncode == 0, status.stderr
     assert "API ready" in status.stdout
+    assert "pools: 1 H200 node x 4 GPUs" in status.stdout
     assert "gpu-h200-0" in status.stdout
 
     exported = llmfleet(env, "cluster", "env", "--name", name).stdout.strip()

@@ -26,7 +26,8 @@ CHILD_KINDS = "deployments,services,configmaps,poddisruptionbudgets"
 
 SUFFIX = os.getpid() % 10000
 NAMESPACES = {
-    name: f"op-{name}-{SUFFIX}" for name in ("samples", "gpu", "spares", "drain", "drift", "delete")
+    name: f"op-{name}-{SUFFIX}"
+    for name in ("samples", "gpu", "nomatch", "spares", "drain", "drift", "delete")
 }
 """The module operator's namespaces, named up front: kopf serves exact names reliably, while
 with glob patterns it may stop watching a namespace as soon as its deletion starts."""
@@ -69,6 +70,7 @@ def _namespace(key: str) -> Any:
 
 ns_samples = _namespace("samples")
 ns_gpu = _namespace("gpu")
+ns_nomatch = _namespace("nomatch")
 ns_spares = _namespace("spares")
 ns_drain = _namespace("drain")
 ns_drift = _namespace("drift")
@@ -89,8 +91,7 @@ def add_node(kube: Kube, name: str, gpu_type: str, gpus: int = 8) -> None:
 
 
 def test_every_sample_becomes_ready_with_its_children(kube: Kube, ns_samples: str) -> None:
-    ns = ns_samples
-    add_node(kube, "gpu-h200-test", "H200")  # the slo sample asks for H200s
+    ns = ns_samples  # the session's cluster has the default node pools: no node is added
     for sample in SAMPLES:
         kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(sample))
     for sample in SAMPLES:
@@ -136,6 +137,32 @@ def test_insufficient_gpu_then_a_new_node_makes_it_ready(kube: Kube, ns_gpu: str
 
     add_node(kube, "gpu-a100-1", "A100")
     wait_ready(kube, ns, "needs-16-a100")
+
+
+def test_a_gpu_type_no_node_has_is_named_then_a_node_of_it_makes_it_ready(
+    kube: Kube, ns_nomatch: str
+) -> None:
+    ns, name = ns_nomatch, "needs-b200"
+    service = {
+        "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": "org/new"}, "runtime": {"gpu": {"type": "B200", "count": 1}},
+                 "topology": {"unified": {"replicas": 1}}},
+    }  # fmt: skip
+    kube.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=json.dumps(service))
+    kube.wait_for(lambda: condition(kube, ns, name).get("reason") == "NoMatchingGPUNodes",
+                  60, "reason NoMatchingGPUNodes")  # fmt: skip
+    ready = condition(kube, ns, name)
+    print(f"Ready={ready['status']} {ready['reason']}: {ready['message']}")
+    assert ready["status"] == "False"
+    for words in ("No node has B200 GPUs", "NVIDIA-H100-80GB-HBM3", "spec.runtime.gpu.type",
+                  "add nodes with B200 GPUs"):  # fmt: skip
+        assert words in ready["message"]
+    warnings = kube.get("events", "-n", ns, "--field-selector", "type=Warning")["items"]
+    assert any(event["reason"] == "NoMatchingGPUNodes" for event in warnings)
+
+    add_node(kube, "gpu-b200-test", "B200")
+    wait_ready(kube, ns, name)
 
 
 def test_spare_promotion_adds_an_endpoint_without_creating_a_pod(

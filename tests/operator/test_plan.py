@@ -118,6 +118,54 @@ def test_insufficient_gpu_condition() -> None:
     assert any(event.reason == "InsufficientGPU" and event.warning for event in plan.events)
 
 
+H100 = "NVIDIA-H100-80GB-HBM3"
+H200 = "NVIDIA-H200"
+SELECTOR_MISS = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+
+
+@pytest.mark.parametrize(
+    ("products", "scheduler", "reason", "said"),
+    [
+        pytest.param((H100, H100), SELECTOR_MISS, "NoMatchingGPUNodes",
+                     ["No node has H200 GPUs (nvidia.com/gpu.product=NVIDIA-H200)",
+                      f"H100 (nvidia.com/gpu.product={H100}) on 2 node(s)",
+                      "Set spec.runtime.gpu.type to H100, or add nodes with H200 GPUs."],
+                     id="only-other-gpu-types"),
+        pytest.param((H100, "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"), SELECTOR_MISS,
+                     "NoMatchingGPUNodes", ["Set spec.runtime.gpu.type to one of H100, A100, L4"],
+                     id="several-types-to-choose-from"),
+        pytest.param((), SELECTOR_MISS, "NoMatchingGPUNodes",
+                     ["No node has H200 GPUs", "the cluster has no GPU nodes",
+                      "Add nodes with H200 GPUs."],
+                     id="no-gpu-nodes"),
+        pytest.param(("NVIDIA-GH200-480GB",), SELECTOR_MISS, "NoMatchingGPUNodes",
+                     ["NVIDIA-GH200-480GB (nvidia.com/gpu.product=NVIDIA-GH200-480GB) on 1",
+                      "node(s). Add nodes with H200 GPUs."], id="only-unknown-products"),
+        pytest.param((H100, H200), "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+                     "1 node(s) didn't match Pod's node affinity/selector.", "InsufficientGPU",
+                     ["need 1 x H200 GPU each"], id="h200-nodes-full"),
+        pytest.param(None, SELECTOR_MISS, "Unschedulable", ["didn't match"],
+                     id="nodes-unknown-scheduler-words"),
+    ],
+)  # fmt: skip
+def test_a_gpu_type_no_node_has_is_named_with_what_to_do(
+    products: tuple[str, ...] | None, scheduler: str, reason: str, said: list[str]
+) -> None:
+    pending = ObservedPod(
+        name="p", pool="unified", created=NOW, ready=False, serving=False, unschedulable=scheduler
+    )
+    observed = Observed(pods=(pending,), gpu_node_products=products)
+    plan = desired(load("slo"), observed, SETTINGS, NOW)  # asks for H200
+    conditions = {c["type"]: c for c in plan.status["conditions"]}  # type: ignore[attr-defined]
+    ready, degraded = conditions["Ready"], conditions["Degraded"]
+    print(f"{ready['reason']}: {ready['message']}")
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+    assert (degraded["status"], degraded["reason"]) == ("True", reason)
+    for words in said:
+        assert words in ready["message"]
+    assert any(event.reason == reason and event.warning for event in plan.events)
+
+
 def test_ready_when_every_pool_serves_and_status_counts() -> None:
     pods = tuple(
         ObservedPod(

@@ -58,6 +58,12 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], message: str
         pytest.param(["--nodes", "0"], "--nodes must be at least 1, got 0", id="zero-nodes"),
         pytest.param(["--gpus-per-node", "0"], "--gpus-per-node must be at least 1", id="no-gpus"),
         pytest.param(["--port", "70000"], "--port must be between 1 and 65535", id="bad-port"),
+        pytest.param(["--pools", "H100=0"], "'H100=0' needs at least 1 node", id="empty-pool"),
+        pytest.param(
+            ["--pools", "H100=1", "--nodes", "2"],
+            "--pools and --nodes/--gpu-type are alternatives",
+            id="pools-and-nodes",
+        ),
     ],
 )
 def test_bad_arguments(args: list[str], message: str, isolated_env: dict[str, str]) -> None:

@@ -1,11 +1,31 @@
-"""Fake GPU node manifests: labels, capacity and taint per GPU type; bad arguments are refused."""
+"""Fake GPU node manifests: labels, capacity and taint per GPU type; node pools (the default
+covers every sample's GPU type, `--pools` parsing, the single-type form); bad arguments are
+refused in one line."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+import yaml
 
 from llmfleet.core.cluster.errors import ClusterError
-from llmfleet.core.cluster.nodes import GPU_RESOURCE, gpu_nodes
+from llmfleet.core.cluster.local import ClusterSpec
+from llmfleet.core.cluster.nodes import (
+    DEFAULT_POOLS,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    GPU_TYPES,
+    NodePool,
+    choose_pools,
+    format_pools,
+    gpu_nodes,
+    gpu_type_of,
+    parse_pools,
+    pool_nodes,
+)
+from tests.crds.cases import SAMPLES
 
 
 @pytest.mark.parametrize(
@@ -50,3 +70,108 @@ def test_bad_arguments_are_one_line_errors(
     with pytest.raises(ClusterError, match=message) as caught:
         gpu_nodes(count, gpus, gpu_type)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda path: path.stem)
+def test_the_default_pools_have_nodes_for_every_sample(sample: Path) -> None:
+    spec = yaml.safe_load(sample.read_text())["spec"]
+    wanted = GPU_TYPES[spec.get("runtime", {}).get("gpu", {}).get("type", "H100")].product
+    products = {node["metadata"]["labels"][GPU_PRODUCT_LABEL] for node in pool_nodes(DEFAULT_POOLS)}
+    assert wanted in products
+
+
+def test_pool_nodes_are_named_per_type_and_keep_their_counts() -> None:
+    manifests = pool_nodes((NodePool("H100", 2, 8), NodePool("L4", 1, 2)))
+    names = [node["metadata"]["name"] for node in manifests]
+    assert names == ["gpu-h100-0", "gpu-h100-1", "gpu-l4-0"]
+    assert [node["status"]["capacity"][GPU_RESOURCE] for node in manifests] == ["8", "8", "2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("H100=2,H200=1", (("H100", 2), ("H200", 1)), id="default-form"),
+        pytest.param(" h200=3 , l4=1 ", (("H200", 3), ("L4", 1)), id="spaces-and-case"),
+        pytest.param("B200=1", (("B200", 1),), id="one-pool"),
+    ],
+)
+def test_pools_parse(text: str, expected: tuple[tuple[str, int], ...]) -> None:
+    pools = parse_pools(text, gpus_per_node=4)
+    assert tuple((pool.gpu_type, pool.nodes) for pool in pools) == expected
+    assert {pool.gpus_per_node for pool in pools} == {4}
+    assert parse_pools(format_pools(pools), 4) == pools
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("H100", "--pools expects TYPE=NODES", id="no-count"),
+        pytest.param("H100=two", "--pools expects TYPE=NODES", id="not-a-number"),
+        pytest.param("", "--pools expects TYPE=NODES", id="empty"),
+        pytest.param("H100=0", "--pools: 'H100=0' needs at least 1 node", id="zero-nodes"),
+        pytest.param("X100=1", "unknown GPU type 'X100': choose one of", id="unknown-gpu"),
+        pytest.param("H100=1,h100=2", "--pools names H100 twice", id="twice"),
+    ],
+)
+def test_bad_pools_are_one_line_errors(text: str, message: str) -> None:
+    with pytest.raises(ClusterError, match=message) as caught:
+        parse_pools(text)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("pools", "count", "gpu", "expected"),
+    [
+        pytest.param(None, None, None, format_pools(DEFAULT_POOLS), id="default-pools"),
+        pytest.param(None, 3, None, "H100=3", id="nodes-only-is-h100"),
+        pytest.param(None, None, "h200", "H200=2", id="gpu-type-only-is-2-nodes"),
+        pytest.param(None, 1, "A100", "A100=1", id="single-type"),
+        pytest.param((NodePool("L4", 4),), None, None, "L4=4", id="given-pools"),
+    ],
+)
+def test_choose_pools(
+    pools: tuple[NodePool, ...] | None, count: int | None, gpu: str | None, expected: str
+) -> None:
+    chosen = choose_pools(pools, count, gpu, gpus_per_node=8)
+    assert format_pools(chosen) == expected
+
+
+def test_default_pools_take_the_gpus_per_node() -> None:
+    assert {pool.gpus_per_node for pool in choose_pools(None, None, None, 2)} == {2}
+
+
+def test_pools_and_a_single_type_are_alternatives() -> None:
+    with pytest.raises(ClusterError, match="--pools and --nodes/--gpu-type are alternatives"):
+        choose_pools(DEFAULT_POOLS, 2, None, 8)
+
+
+@pytest.mark.parametrize(
+    ("product", "name"),
+    [
+        pytest.param("NVIDIA-H100-80GB-HBM3", "H100", id="known"),
+        pytest.param("NVIDIA-GH200-480GB", "NVIDIA-GH200-480GB", id="unknown-kept"),
+    ],
+)
+def test_gpu_type_of_product(product: str, name: str) -> None:
+    assert gpu_type_of(product) == name
+
+
+@pytest.mark.parametrize(
+    ("written", "pools"),
+    [
+        pytest.param(
+            {"name": "c", "pools": [{"gpu_type": "H100", "nodes": 2, "gpus_per_node": 8},
+                                    {"gpu_type": "H200", "nodes": 1, "gpus_per_node": 8}],
+             "port": 6443},
+            "H100=2,H200=1", id="pools",
+        ),
+        pytest.param(
+            {"name": "c", "nodes": 3, "gpus_per_node": 4, "gpu_type": "A100", "port": 6443},
+            "A100=3", id="single-type-before-pools",
+        ),
+    ],
+)  # fmt: skip
+def test_cluster_json_reads_back(written: dict[str, object], pools: str) -> None:
+    spec = ClusterSpec.from_json(json.dumps(written))
+    assert (spec.name, spec.port, format_pools(spec.pools)) == ("c", 6443, pools)
+    assert ClusterSpec.from_json(spec.to_json()) == spec

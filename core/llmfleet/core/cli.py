@@ -22,7 +22,7 @@ from rich.table import Table
 from llmfleet.core import loopback, netns
 from llmfleet.core.cluster import ClusterError, LocalCluster, build
 from llmfleet.core.cluster.local import DEFAULT_NAME
-from llmfleet.core.cluster.nodes import GPU_TYPES
+from llmfleet.core.cluster.nodes import DEFAULT_POOLS, GPU_TYPES, format_pools, parse_pools
 from llmfleet.core.cluster.toolchain import TOOLS, TOOLS_BY_NAME, Tool
 from llmfleet.core.errors import UserError
 from llmfleet.crds import render
@@ -126,10 +126,26 @@ def cluster_build(
 
 @cluster_app.command("up")
 def cluster_up(
+    *,
     name: NameOption = DEFAULT_NAME,
-    nodes: Annotated[int, typer.Option(help="Number of fake GPU nodes.")] = 2,
+    pools: Annotated[
+        str | None,
+        typer.Option(
+            help=f"GPU node pools as TYPE=NODES,... (default: {format_pools(DEFAULT_POOLS)})."
+        ),
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(help="Instead of the pools: this many nodes of --gpu-type (else H100)."),
+    ] = None,
     gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu per node.")] = 8,
-    gpu_type: Annotated[str, typer.Option(help=f"GPU type: {', '.join(GPU_TYPES)}.")] = "H100",
+    gpu_type: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Instead of the pools: one GPU type, {', '.join(GPU_TYPES)} (2 nodes "
+            "unless --nodes)."
+        ),
+    ] = None,
     port: Annotated[
         int | None, typer.Option(help="kube-apiserver port on 127.0.0.1 (default: a free one).")
     ] = None,
@@ -142,6 +158,7 @@ def cluster_up(
             nodes,
             gpus_per_node=gpus_per_node,
             gpu_type=gpu_type,
+            pools=parse_pools(pools, gpus_per_node) if pools is not None else None,
             port=port,
             step=_step,
             build_progress=reporter,
@@ -178,6 +195,8 @@ def cluster_status(name: NameOption = DEFAULT_NAME) -> None:
     out.print(f"cluster {name!r}{where}: {health}")
     out.print(f"components: {', '.join(status.running_components)}", highlight=False)
     out.print(f"kubeconfig: {status.kubeconfig}", highlight=False)
+    if spec:
+        out.print(f"pools: {', '.join(pool.describe() for pool in spec.pools)}", highlight=False)
     _print_nodes(cluster)
     if not status.api_ready:
         raise typer.Exit(1)
@@ -226,10 +245,8 @@ def crds_check() -> None:
 
 def _print_nodes(cluster: LocalCluster) -> None:
     table = Table("NODE", "READY", "GPU", "GPUS", title="GPU nodes", title_justify="left")
-    status = cluster.status()
-    spec = status.spec
-    for node, ready, gpus in status.nodes:
-        table.add_row(node, ready, spec.gpu_type if spec else "?", gpus)
+    for node in cluster.status().nodes:
+        table.add_row(node.name, node.ready, node.gpu_type, node.gpus)
     out.print(table)
 
 

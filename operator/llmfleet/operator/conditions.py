@@ -3,11 +3,12 @@ messages a person can act on. A condition keeps its lastTransitionTime while its
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from llmfleet.core.cluster.nodes import GPU_RESOURCE
+from llmfleet.core.cluster.nodes import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES, gpu_type_of
 from llmfleet.crds import Condition, InferenceService
 from llmfleet.crds.inference_service import ConditionStatus
 from llmfleet.operator.observed import Observed
@@ -24,6 +25,36 @@ def _unschedulable(observed: Observed) -> dict[str, list[str]]:
         if pod.unschedulable and not pod.terminating:
             found.setdefault(pod.pool, []).append(pod.unschedulable)
     return found
+
+
+def _no_matching_nodes(service: InferenceService, observed: Observed, pending: int) -> str | None:
+    """What to say when no node carries the service's GPU product, or None when one does (or
+    the nodes are unknown). The scheduler only says the node selector matched nothing.
+
+    NOTE: only the GPU product is checked. A pool's own nodeSelector may still rule out every
+    node of the right product; the pods are then Unschedulable with the scheduler's words."""
+    gpu = service.spec.runtime.gpu.type.value
+    product = GPU_TYPES[gpu].product
+    if observed.gpu_node_products is None or product in observed.gpu_node_products:
+        return None
+    counts = Counter(observed.gpu_node_products)
+    missing = f"No node has {gpu} GPUs ({GPU_PRODUCT_LABEL}={product}), so {pending} pod(s)"
+    if not counts:
+        return (
+            f"{missing} cannot be scheduled; the cluster has no GPU nodes (none is labelled "
+            f"{GPU_PRODUCT_LABEL}). Add nodes with {gpu} GPUs."
+        )
+    have = ", ".join(
+        f"{gpu_type_of(other)} ({GPU_PRODUCT_LABEL}={other}) on {n} node(s)"
+        for other, n in sorted(counts.items())
+    )
+    usable = [name for name, known in GPU_TYPES.items() if known.product in counts]
+    choice = usable[0] if len(usable) == 1 else f"one of {', '.join(usable)}"
+    change = f"Set spec.runtime.gpu.type to {choice}, or add" if usable else "Add"
+    return (
+        f"{missing} cannot be scheduled; the cluster's GPU nodes have {have}. "
+        f"{change} nodes with {gpu} GPUs."
+    )
 
 
 def conditions(
@@ -44,7 +75,10 @@ def conditions(
         f"{pool} {a.serving}/{targets[pool].active} serving" for pool, a in assignments.items()
     )
 
-    if gpu_pending:
+    no_nodes = _no_matching_nodes(service, observed, sum(map(len, pending.values())))
+    if pending and no_nodes is not None:
+        problem: tuple[str, str] | None = ("NoMatchingGPUNodes", no_nodes)
+    elif gpu_pending:
         pool, messages = next(iter(gpu_pending.items()))
         count = sum(len(msgs) for msgs in gpu_pending.values())
         problem = (

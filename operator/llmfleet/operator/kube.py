@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.core.cluster.nodes import GPU_PRODUCT_LABEL
 from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import AutoscalingStatus
@@ -129,6 +130,19 @@ class Kube:
             self._monitor_crd = (now, found)
         return self._monitor_crd[1]
 
+    def gpu_node_products(self) -> tuple[str, ...] | None:
+        """`nvidia.com/gpu.product` of each node that has the label; None when the operator may
+        not list nodes (a namespaced install): the conditions then say only what the scheduler
+        says."""
+        try:
+            listing = retrying(lambda: self.core.list_node(label_selector=GPU_PRODUCT_LABEL))
+        except ApiException as error:
+            if error.status != 403:
+                raise
+            return None
+        metadata: list[Any] = [node.metadata for node in listing.items]
+        return tuple(sorted(meta.labels[GPU_PRODUCT_LABEL] for meta in metadata))
+
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The InferenceService as stored now, or None when it does not exist."""
         try:
@@ -159,8 +173,12 @@ class Kube:
                 observed[index] = dataclasses.replace(
                     pod, in_flight=self.in_flight(ip, L.ENGINE_PORT)
                 )
+        # Nodes are listed only while a pod is unschedulable: the one case their GPU products
+        # explain (no node of the service's GPU type), and no cost in steady state.
+        unschedulable = any(pod.unschedulable and not pod.terminating for pod in observed)
         return Observed(
             pods=tuple(observed),
+            gpu_node_products=self.gpu_node_products() if unschedulable else None,
             service_monitor_crd=self.service_monitor_crd(),
             conditions=tuple(
                 Condition.model_validate(condition) for condition in status.get("conditions", [])

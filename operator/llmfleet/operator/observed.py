@@ -34,6 +34,9 @@ class Observed:
     """The service's current conditions (their transition times are kept when unchanged)."""
     autoscaling: AutoscalingStatus | None = None
     """`status.autoscaling`, written by the autoscaler."""
+    gpu_node_products: tuple[str, ...] | None = None
+    """`nvidia.com/gpu.product` of every GPU node in the cluster, one entry per node; None when
+    not looked at (it is only while a pod is unschedulable) or not allowed to list nodes."""
 
     def pool_pods(self, pool: str) -> list[ObservedPod]:
         return [pod for pod in self.pods if pod.pool == pool and not pod.terminating]

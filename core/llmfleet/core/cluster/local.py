@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import yaml
 from llmfleet.core import loopback
 from llmfleet.core.cluster import build, nodes
 from llmfleet.core.cluster.errors import ClusterError
+from llmfleet.core.cluster.nodes import NodePool
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 
 DEFAULT_NAME = "llmfleet"
@@ -46,10 +47,33 @@ class ClusterSpec:
     """How a cluster was asked for; written to `cluster.json` so `status` can report it."""
 
     name: str
-    nodes: int
-    gpus_per_node: int
-    gpu_type: str
+    pools: tuple[NodePool, ...]
     port: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self)) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterSpec:
+        """Reads `to_json`'s text, and the single-pool form written before node pools existed
+        (`nodes`, `gpus_per_node`, `gpu_type`), so a cluster started then still reports."""
+        data = json.loads(text)
+        if "pools" in data:
+            pools = tuple(NodePool(**pool) for pool in data["pools"])
+        else:
+            pools = (NodePool(data["gpu_type"], data["nodes"], data["gpus_per_node"]),)
+        return cls(name=data["name"], pools=pools, port=data["port"])
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    ready: str
+    """The node's Ready condition status."""
+    gpu_type: str
+    """From its `nvidia.com/gpu.product` label (the label itself for an unknown product)."""
+    gpus: str
+    """Allocatable `nvidia.com/gpu`."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +84,7 @@ class ClusterStatus:
     running_components: tuple[str, ...]
     kubeconfig: Path
     spec: ClusterSpec | None
-    nodes: tuple[tuple[str, str, str], ...]
-    """(name, Ready condition status, allocatable nvidia.com/gpu) per node."""
+    nodes: tuple[NodeRow, ...]
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -139,7 +162,7 @@ class LocalCluster:
     def spec(self) -> ClusterSpec | None:
         if not self._spec_file.is_file():
             return None
-        return ClusterSpec(**json.loads(self._spec_file.read_text()))
+        return ClusterSpec.from_json(self._spec_file.read_text())
 
     @staticmethod
     def binaries() -> dict[str, Path]:
@@ -207,19 +230,23 @@ class LocalCluster:
 
     def up(
         self,
-        node_count: int = 2,
+        node_count: int | None = None,
         *,
         gpus_per_node: int = 8,
-        gpu_type: str = "H100",
+        gpu_type: str | None = None,
+        pools: Sequence[NodePool] | None = None,
         port: int | None = None,
         step: Step = lambda _: None,
         build_progress: build.Progress | None = None,
     ) -> ClusterSpec:
         """Build what is missing, start the control plane, create the GPU nodes, wait for Ready.
 
-        Arguments are validated before anything starts, so bad input changes nothing.
+        The nodes: `node_count` nodes of `gpu_type` when either is given (one pool), else
+        `pools`, else `nodes.DEFAULT_POOLS` (`nodes.choose_pools`). Arguments are validated
+        before anything starts, so bad input changes nothing.
         """
-        node_manifests = nodes.gpu_nodes(node_count, gpus_per_node, gpu_type)
+        chosen = nodes.choose_pools(pools, node_count, gpu_type, gpus_per_node)
+        node_manifests = nodes.pool_nodes(chosen)
         if port is not None and not 1 <= port <= 65535:
             raise ClusterError(f"--port must be between 1 and 65535, got {port}")
         if self.running_components():
@@ -242,12 +269,12 @@ class LocalCluster:
             step(f"building {', '.join(tool.key for tool in missing)} from Go modules (cold cache)")
             build.ensure_tools(tools, progress=build_progress)
 
-        spec = ClusterSpec(self.name, node_count, gpus_per_node, gpu_type, port or free_port())
+        spec = ClusterSpec(self.name, chosen, port or free_port())
         self._clean_stale_state()
         self.dir.mkdir(parents=True, exist_ok=True)
         config_path = self.dir / "kwokctl.yaml"
         config_path.write_text(yaml.safe_dump(kwokctl_config(spec, self.binaries())))
-        self._spec_file.write_text(json.dumps(asdict(spec)) + "\n")
+        self._spec_file.write_text(spec.to_json())
 
         step(f"starting the control plane on 127.0.0.1:{spec.port}")
         try:
@@ -257,7 +284,7 @@ class LocalCluster:
             )  # fmt: skip
             self.kubeconfig.write_text(self._kwokctl("get", "kubeconfig", "--name", self.name))
             self.kubeconfig.chmod(0o600)
-            step(f"creating {node_count} fake {gpu_type} nodes x {gpus_per_node} GPUs")
+            step(f"creating fake GPU nodes: {', '.join(pool.describe() for pool in chosen)}")
             self.apply_nodes(node_manifests)
             self.wait_nodes_ready([manifest["metadata"]["name"] for manifest in node_manifests])
         except (ClusterError, subprocess.TimeoutExpired) as error:
@@ -300,7 +327,7 @@ class LocalCluster:
     def status(self) -> ClusterStatus:
         running = self.running_components()
         api_ready = False
-        node_rows: list[tuple[str, str, str]] = []
+        node_rows: list[NodeRow] = []
         if running and self.kubeconfig.is_file():
             try:
                 api_ready = self.kubectl("get", "--raw", "/readyz", timeout=10).strip() == "ok"
@@ -312,7 +339,9 @@ class LocalCluster:
                         "Unknown",
                     )  # fmt: skip
                     gpus = item["status"].get("allocatable", {}).get(nodes.GPU_RESOURCE, "0")
-                    node_rows.append((item["metadata"]["name"], ready, gpus))
+                    product = item["metadata"].get("labels", {}).get(nodes.GPU_PRODUCT_LABEL)
+                    gpu = nodes.gpu_type_of(product) if product else "-"
+                    node_rows.append(NodeRow(item["metadata"]["name"], ready, gpu, gpus))
             except (ClusterError, subprocess.TimeoutExpired):
                 api_ready = False
         return ClusterStatus(

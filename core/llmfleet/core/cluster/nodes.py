@@ -1,5 +1,9 @@
 """Fake GPU nodes for the local cluster (pure: manifests only, no I/O).
 
+The cluster is a set of node pools, one GPU type each (`H100=2,H200=1`). The default pools hold
+every GPU type the sample services in `e2e/samples/` ask for, so each sample runs on a default
+cluster (a unit test keeps it so).
+
 kwok manages every Node carrying the annotation `kwok.x-k8s.io/node: fake`: it keeps the node Ready
 and heartbeating and makes pods bound to it Ready. The real kube-scheduler enforces the
 `nvidia.com/gpu` capacity we advertise, so pods beyond it stay Pending as on a real cluster.
@@ -7,7 +11,8 @@ and heartbeating and makes pods bound to it Ready. The real kube-scheduler enfor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmfleet.core.cluster.errors import ClusterError
@@ -50,6 +55,76 @@ def gpu_type(name: str) -> GpuType:
         if known.lower() == name.lower():
             return gpu
     raise ClusterError(f"unknown GPU type {name!r}: choose one of {', '.join(GPU_TYPES)}")
+
+
+def gpu_type_of(product: str) -> str:
+    """The GPU type name for an `nvidia.com/gpu.product` value; the value itself if unknown."""
+    return next((gpu.name for gpu in GPU_TYPES.values() if gpu.product == product), product)
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """`nodes` fake nodes with `gpus_per_node` GPUs of `gpu_type` each."""
+
+    gpu_type: str
+    nodes: int
+    gpus_per_node: int = 8
+
+    def describe(self) -> str:
+        """`2 H100 nodes x 8 GPUs`."""
+        plural = "s" if self.nodes != 1 else ""
+        return f"{self.nodes} {self.gpu_type} node{plural} x {self.gpus_per_node} GPUs"
+
+
+DEFAULT_POOLS: tuple[NodePool, ...] = (NodePool("H100", 2), NodePool("H200", 1))
+"""Two H100 nodes and one H200 node of 8 GPUs: every GPU type the samples use, and room for all
+of them at their minimum sizes at once."""
+
+POOLS_SYNTAX = "TYPE=NODES[,TYPE=NODES...] (e.g. H100=2,H200=1)"
+
+
+def format_pools(pools: Sequence[NodePool]) -> str:
+    """The `--pools` text for these pools: `H100=2,H200=1`."""
+    return ",".join(f"{pool.gpu_type}={pool.nodes}" for pool in pools)
+
+
+def parse_pools(text: str, gpus_per_node: int = 8) -> tuple[NodePool, ...]:
+    """`H100=2,H200=1` -> pools of `gpus_per_node` GPUs per node; a bad entry is a ClusterError
+    naming it, and a GPU type given twice is refused (say how many nodes once)."""
+    pools: list[NodePool] = []
+    for entry in (part.strip() for part in text.split(",")):
+        name, equals, count = entry.partition("=")
+        if not equals or not count.strip().isdigit():
+            raise ClusterError(f"--pools expects {POOLS_SYNTAX}, got {entry!r}")
+        if int(count) < 1:
+            raise ClusterError(f"--pools: {entry!r} needs at least 1 node")
+        gpu = gpu_type(name.strip())
+        if any(pool.gpu_type == gpu.name for pool in pools):
+            raise ClusterError(f"--pools names {gpu.name} twice; give its node count once")
+        pools.append(NodePool(gpu.name, int(count), gpus_per_node))
+    return tuple(pools)
+
+
+def choose_pools(
+    pools: Sequence[NodePool] | None,
+    node_count: int | None,
+    gpu_type_name: str | None,
+    gpus_per_node: int,
+) -> tuple[NodePool, ...]:
+    """The pools a cluster gets: a node count or GPU type asks for one pool (2 x H100 unless
+    said otherwise), else the given pools, else DEFAULT_POOLS with `gpus_per_node` GPUs.
+    GPU type names come back as GPU_TYPES spells them."""
+    single = node_count is not None or gpu_type_name is not None
+    if pools is not None and single:
+        raise ClusterError("--pools and --nodes/--gpu-type are alternatives: give one of them")
+    if single:
+        count = 2 if node_count is None else node_count
+        chosen: Sequence[NodePool] = (NodePool(gpu_type_name or "H100", count, gpus_per_node),)
+    elif pools is not None:
+        chosen = pools
+    else:
+        chosen = [replace(pool, gpus_per_node=gpus_per_node) for pool in DEFAULT_POOLS]
+    return tuple(replace(pool, gpu_type=gpu_type(pool.gpu_type).name) for pool in chosen)
 
 
 def node_name(gpu: GpuType, index: int) -> str:
@@ -114,3 +189,15 @@ def gpu_nodes(count: int, gpus_per_node: int, gpu_type_name: str) -> list[dict[s
     if count < 1:
         raise ClusterError(f"--nodes must be at least 1, got {count}")
     return [gpu_node(node_name(gpu, index), gpu, gpus_per_node) for index in range(count)]
+
+
+def pool_nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
+    """The nodes of every pool, validated as `gpu_nodes` does; at least one pool."""
+    if not pools:
+        raise ClusterError(f"no node pools given: --pools expects {POOLS_SYNTAX}")
+    names = [gpu_type(pool.gpu_type).name for pool in pools]
+    if len(set(names)) < len(names):
+        raise ClusterError(f"a GPU type appears in two node pools: {', '.join(names)}")
+    return [
+        node for pool in pools for node in gpu_nodes(pool.nodes, pool.gpus_per_node, pool.gpu_type)
+    ]
