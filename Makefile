@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup up down test lint build-cluster
+.PHONY: setup up down test e2e lint build-cluster
 
 $(BIN)/llmfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,12 +13,11 @@ $(BIN)/llmfleet: pyproject.toml
 
 setup: $(BIN)/llmfleet  ## virtualenv with llmfleet and its dev tools
 
-up: setup  ## build what is missing, start the local cluster, show its GPU nodes
-	$(BIN)/llmfleet cluster up
-	$(BIN)/llmfleet cluster status
+up: setup  ## the whole system on this machine (builds what is missing; later runs take seconds)
+	$(BIN)/llmfleet up
 
-down: setup
-	$(BIN)/llmfleet cluster down
+down: setup  ## stop everything `make up` started
+	$(BIN)/llmfleet down
 
 build-cluster: setup  ## only build the pinned binaries into ~/.cache/llmfleet
 	$(BIN)/llmfleet cluster build
@@ -37,3 +36,8 @@ test: setup lint  ## every test, the cluster ones included (they start their own
 		(apt-get update -q && apt-get install -y -q strace)  # tests watch connect() with it
 	$(BIN)/llmfleet cluster build
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)
+
+e2e: setup  ## only the end-to-end suite (the whole system, as `llmfleet up` starts it)
+	$(BIN)/llmfleet cluster build
+	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)

@@ -8,7 +8,9 @@ connection error. Off by default: in a real cluster the engines are on pod IPs.
 
 What counts as loopback: an IP literal in 127.0.0.0/8 or ::1 (IPv4-mapped forms too), and the
 name `localhost`. Any other name is refused without a lookup, since the lookup itself would ask
-a DNS server that may be off the machine.
+a DNS server that may be off the machine. `NETWORKS_ENV` may add networks that exist only inside
+the network namespace the process runs in: `llmfleet up` sets it to the local cluster's pod
+network, whose every address is a pod's own namespace behind a veth pair (core/local/podnet.py).
 
 Adapters: `GuardedTransport` wraps any httpx async transport (the gateway, the runtime launcher);
 the autoscaler's requests session and the operator's urllib probe call `check` themselves.
@@ -29,6 +31,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV = "LLMFLEET_LOOPBACK_ONLY"
 """The environment variable every component reads (no component prefix: one switch for all)."""
+
+NETWORKS_ENV = "LLMFLEET_NAMESPACE_NETWORKS"
+"""Comma-separated networks (CIDR) allowed like loopback because they exist only inside the
+run's own network namespace; only the local system (`llmfleet up`) sets it."""
 
 log = logging.getLogger("llmfleet.loopback")
 _BOOL = TypeAdapter(bool)
@@ -55,8 +61,23 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
         return False
 
 
-def is_loopback(host: str) -> bool:
-    """An address in 127.0.0.0/8 or ::1 (brackets allowed), or the name `localhost`."""
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def namespace_networks(environ: dict[str, str] | None = None) -> tuple[Network, ...]:
+    """The networks `NETWORKS_ENV` allows besides loopback (none when unset)."""
+    value = (environ if environ is not None else os.environ).get(NETWORKS_ENV, "")
+    try:
+        return tuple(
+            ipaddress.ip_network(part.strip()) for part in value.split(",") if part.strip()
+        )
+    except ValueError as error:
+        raise ValueError(f"{NETWORKS_ENV}={value!r}: {error}") from None
+
+
+def is_loopback(host: str, also: tuple[Network, ...] = ()) -> bool:
+    """An address in 127.0.0.0/8 or ::1 (brackets allowed), the name `localhost`, or an address
+    in one of the networks `also`."""
     host = host.strip().strip("[]").lower()
     if host == "localhost":
         return True
@@ -65,8 +86,8 @@ def is_loopback(host: str) -> bool:
     except ValueError:
         return False  # a name: refused without a lookup
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
+        address = address.ipv4_mapped
+    return address.is_loopback or any(address in network for network in also)
 
 
 class NonLocalRefused(OSError):
@@ -97,8 +118,11 @@ class LoopbackGuard:
         enabled: bool,
         on_refused: Callable[[str], None] | None = None,
         logger: logging.Logger | None = None,
+        also: tuple[Network, ...] | None = None,
     ) -> None:
         self.enabled = enabled
+        self.also = namespace_networks() if also is None else also
+        """Networks allowed besides loopback (`NETWORKS_ENV` unless given)."""
         self._on_refused = on_refused
         self._log = logger or log
         self._warned: set[str] = set()
@@ -107,7 +131,7 @@ class LoopbackGuard:
     def check(self, host: str, port: int | None = None, client: str = "") -> None:
         """Raise `NonLocalRefused` when the guard is on and `host` is not loopback; `client`
         names the caller for the counter and the warning."""
-        if not self.enabled or is_loopback(host):
+        if not self.enabled or is_loopback(host, self.also):
             return
         endpoint = _endpoint(host, port)
         if self._on_refused is not None:

@@ -229,6 +229,12 @@ class _Gateway:
         except InvalidRequestError as error:
             raise _Refused(error_response(400, str(error), param=error.param)) from None
         service = self.source.services().get(parsed.model)
+        if service is None and not self.source.ready():
+            # A gateway that just started does not know the models yet: "try again", not 404.
+            message = "the gateway is starting: service discovery has no snapshot yet"
+            raise _Refused(
+                error_response(503, message, code="not_ready", headers={"Retry-After": "1"})
+            )
         if service is None:
             message = f"the model `{parsed.model}` does not exist"
             raise _Refused(error_response(404, message, code="model_not_found"))

@@ -1,0 +1,160 @@
+"""`llmfleet up`, `llmfleet status` and `llmfleet down`: the typer commands and the status view
+(control.py does the work)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from llmfleet.core.local import control, layout
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _step(message: str) -> None:
+    err.print(f"[bold cyan]>[/] {message}", highlight=False)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _against(value: float | None, target: float | None) -> str:
+    if value is None:
+        return "-"
+    shown = f"{value:.0f}"
+    if target is None:
+        return shown
+    colour = "green" if value <= target else "red"
+    return f"[{colour}]{shown}[/] / {target:g}"
+
+
+def render(shot: control.Snapshot) -> Group:
+    services = Table(
+        "NAMESPACE", "SERVICE", "MODE", "READY", "REQ/S", "TTFT P95 ms / SLO", "ITL P95 ms / SLO",
+        title="services", title_justify="left",
+    )  # fmt: skip
+    for row in shot.services:
+        services.add_row(
+            row.namespace, row.service, row.mode, row.ready,
+            "-" if row.rps is None else f"{row.rps:.2f}",
+            _against(row.ttft_p95_ms, row.slo_ttft_ms),
+            _against(row.itl_p95_ms, row.slo_itl_ms),
+        )  # fmt: skip
+    pools = Table(
+        "NAMESPACE", "SERVICE", "POOL", "SERVING", "SPARE", "STARTING", "PENDING",
+        title="pools", title_justify="left",
+    )  # fmt: skip
+    for pool in shot.pools:
+        pools.add_row(
+            pool.namespace, pool.service, pool.pool,
+            *(str(n) for n in (pool.serving, pool.spare, pool.starting, pool.pending)),
+        )  # fmt: skip
+    decisions = Table(
+        "TIME", "SERVICE", "AUTOSCALER", title="recent decisions", title_justify="left"
+    )
+    for when, service, message in shot.decisions:
+        decisions.add_row(when, service, message)
+    parts: list[Any] = [services, pools, decisions]
+    parts += [f"[yellow]{problem}[/]" for problem in shot.problems]
+    return Group(*parts)
+
+
+def _show_status(paths: layout.Paths, record: layout.Record, watch: bool) -> None:
+    if not watch:
+        out.print(render(control.snapshot(paths, record)))
+        return
+    with Live(render(control.snapshot(paths, record)), console=out, refresh_per_second=1) as live:
+        try:
+            while control.running(paths) is not None:
+                time.sleep(2)
+                live.update(render(control.snapshot(paths, record)))
+        except KeyboardInterrupt:
+            pass
+    err.print("the system keeps running; `llmfleet down` stops it")
+
+
+def _first_steps(paths: layout.Paths, record: layout.Record) -> None:
+    where = control.endpoints(record, paths)
+    base = where["gateway"]
+    out.print(f"gateway     {base}  (OpenAI API; models: curl {base}/models)", highlight=False)
+    out.print(f"prometheus  {where['prometheus']}", highlight=False)
+    out.print(f"kubectl     export KUBECONFIG={where['kubeconfig']}", highlight=False)
+    out.print(f"logs        {where['logs']}", highlight=False)
+    out.print("\nA first request:", highlight=False)
+    out.print(
+        f"curl -s {base}/chat/completions -H 'Content-Type: application/json' "
+        """-d '{"model": "qwen-7b", "messages": [{"role": "user", "content": "Hello"}]}'""",
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print(
+        f"OPENAI_BASE_URL={base} OPENAI_API_KEY=none python -c 'import openai; "
+        'print(openai.OpenAI().chat.completions.create(model="qwen-7b", '
+        'messages=[{"role": "user", "content": "Hello"}]).choices[0].message.content)\'',
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManager[Any]]) -> None:
+    @app.command("up")
+    def up(
+        file: Annotated[
+            Path | None,
+            typer.Option("-f", "--file", help="InferenceServices to apply (default: the samples)."),
+        ] = None,
+        detach: Annotated[bool, typer.Option(help="Return once the system serves.")] = False,
+        gateway_port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8080,
+        prometheus_port: Annotated[int, typer.Option(help="Prometheus port on 127.0.0.1.")] = 9090,
+    ) -> None:
+        """The whole system on this machine: local cluster, CRDs, operator, autoscaler, gateway,
+        Prometheus, engines behind the pods, and sample services; then a live status view
+        (Ctrl-C leaves the system running; `llmfleet down` stops it)."""
+        paths = layout.Paths.default()
+        record = control.running(paths)
+        if record is not None:
+            _step("the local system is already up")
+        else:
+            ports = layout.Ports(gateway=gateway_port, prometheus=prometheus_port, api=0)
+            started = time.monotonic()
+            with build_reporter() as reporter:
+                record = control.up(paths, ports, file, _step, build_progress=reporter)
+            _step(f"up in {time.monotonic() - started:.0f}s")
+        _first_steps(paths, record)
+        if not detach:
+            _show_status(paths, record, watch=True)
+
+    @app.command("status")
+    def status(
+        watch: Annotated[bool, typer.Option(help="Refresh every 2 s until Ctrl-C.")] = False,
+        json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Services, pools (serving/spare/starting/pending), requests/s, TTFT and ITL p95
+        against each SLO, and the autoscaler's recent decisions."""
+        paths = layout.Paths.default()
+        record = control.running(paths)
+        if record is None:
+            err.print("the local system is not running (`llmfleet up` starts it)")
+            raise typer.Exit(1)
+        if json_output:
+            out.print_json(control.snapshot_json(control.snapshot(paths, record)))
+            return
+        _show_status(paths, record, watch)
+
+    @app.command("down")
+    def down() -> None:
+        """Stop everything `llmfleet up` started; no process and no listening port is left."""
+        if control.down(layout.Paths.default(), _step):
+            _step("the local system is down")
+        else:
+            _step("the local system was not running")

@@ -1,0 +1,111 @@
+"""The engine behind a local pod: llm-d-inference-sim's command line from the pod's runtime config.
+
+A real engine pod runs the launcher (`llmfleet-runtime serve --config /etc/llmfleet/<pool>.json`)
+in front of vLLM on a GPU. Locally there is no GPU, so the pod runner starts
+llm-d-inference-sim instead, with what the same runtime config says: the served model name, the
+context length, `maxNumSeqs`, the role, and KV-cache simulation with prefix caching
+(`--enable-kvcache`, block size 16), so the engines' `vllm:*` metrics move with the traffic.
+
+Latency per role (`ROLE_LATENCY`) is a documented stand-in for an 8B-class model on one H100,
+so the pools behave differently: a prefill engine is charged per prompt token; a decode engine
+pays a KV transfer per prompt token instead and generates tokens faster; a unified engine does
+both. `--time-factor-under-load` makes every figure grow with the batch, as on a GPU, so
+latency rises with load and the autoscaler has something to see.
+
+Local only: `LOCAL_ARGS_ENV` in the service's `spec.runtime.env` appends simulator flags (tests
+use it for slow or failing engines); a real pod's launcher ignores it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+LOCAL_ARGS_ENV = "LLMFLEET_LOCAL_ENGINE_ARGS"
+"""Extra llm-d-inference-sim flags for a local engine (shell words), from `spec.runtime.env`."""
+
+ENGINE_PORT = 8000
+DEFAULT_MAX_NUM_SEQS = 32
+"""Concurrent sequences when the spec leaves `maxNumSeqs` unset (vLLM's own default is 256 on
+a GPU with memory to spare; 32 makes a local engine saturate at a load a laptop can send)."""
+DEFAULT_MAX_MODEL_LEN = 32_768
+KV_CACHE_BLOCKS = 4096
+"""KV-cache blocks of 16 tokens (65k tokens): a few long prompts fill it, as on a small GPU."""
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Simulated timings of one role (llm-d-inference-sim's flags)."""
+
+    prefill_overhead_ms: float
+    prefill_per_token_ms: float
+    inter_token_ms: float
+    kv_transfer_per_token_ms: float = 0.0
+    under_load_factor: float = 2.0
+    """How much slower a full batch is than a lone request."""
+
+    def flags(self) -> list[str]:
+        flags = [
+            f"--prefill-overhead={self.prefill_overhead_ms:g}ms",
+            f"--prefill-time-per-token={self.prefill_per_token_ms:g}ms",
+            f"--inter-token-latency={self.inter_token_ms:g}ms",
+            f"--time-factor-under-load={self.under_load_factor:g}",
+        ]
+        if self.kv_transfer_per_token_ms:
+            flags.append(f"--kv-cache-transfer-time-per-token={self.kv_transfer_per_token_ms:g}ms")
+        return flags
+
+
+ROLE_LATENCY = {
+    "unified": Latency(prefill_overhead_ms=20, prefill_per_token_ms=0.08, inter_token_ms=20),
+    "prefill": Latency(prefill_overhead_ms=20, prefill_per_token_ms=0.06, inter_token_ms=20),
+    "decode": Latency(
+        prefill_overhead_ms=5,
+        prefill_per_token_ms=0.0,
+        inter_token_ms=15,
+        kv_transfer_per_token_ms=0.01,
+    ),
+}
+"""Per-role timings: prefill ~12-16k prompt tokens/s, decode 50-65 tokens/s per sequence
+(the order of an 8B model on one H100); the KV hand-over ~100k tokens/s."""
+
+
+class EngineConfigError(ValueError):
+    """The pod's runtime config cannot become an engine (the message says which field)."""
+
+
+def engine_argv(
+    binary: str, config: Mapping[str, Any], env: Mapping[str, str], seed: int = 0
+) -> list[str]:
+    """The simulator's command line for a pod whose runtime config is `config` (the ConfigMap's
+    JSON) and whose container environment is `env`."""
+    role = str(config.get("role", "unified"))
+    if role not in ROLE_LATENCY:
+        raise EngineConfigError(f"role {role!r} is not one of {', '.join(ROLE_LATENCY)}")
+    model = config.get("model") or {}
+    runtime = config.get("runtime") or {}
+    served = model.get("servedName") or model.get("name")
+    if not served:
+        raise EngineConfigError("model.name is missing")
+    argv = [
+        binary,
+        f"--port={int(config.get('port', ENGINE_PORT))}",
+        f"--model={model.get('name') or served}",
+        f"--served-model-name={served}",
+        "--force-dummy-tokenizer",  # never look a tokenizer up on a hub
+        f"--max-model-len={int(model.get('maxModelLen') or DEFAULT_MAX_MODEL_LEN)}",
+        f"--max-num-seqs={int(runtime.get('maxNumSeqs') or DEFAULT_MAX_NUM_SEQS)}",
+        "--enable-kvcache",
+        "--block-size=16",
+        f"--kv-cache-size={KV_CACHE_BLOCKS}",
+        f"--seed={seed}",
+        *ROLE_LATENCY[role].flags(),
+    ]
+    extra = env.get(LOCAL_ARGS_ENV, "")
+    try:
+        argv += shlex.split(extra)
+    except ValueError as error:
+        raise EngineConfigError(f"{LOCAL_ARGS_ENV}={extra!r}: {error}") from None
+    return argv

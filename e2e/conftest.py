@@ -1,0 +1,50 @@
+"""The end-to-end suite: the whole system as `llmfleet up` starts it, driven from outside.
+
+One system per session (`llmfleet up --detach` with its state in a temporary folder and free
+ports), reached only as a user reaches it: the gateway and Prometheus through the relayed ports
+on 127.0.0.1, the cluster through its kubeconfig. Like every test here it runs inside the test
+run's loopback-only namespace (`make test`); the system makes its own namespace inside that one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.system import LocalSystem
+from tests.net import free_port, require_isolation
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `llmfleet down` leaves nothing: checked last, after every other test used the system.
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
+@pytest.fixture(scope="session")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+    require_isolation()
+    state = tmp_path_factory.mktemp("state")
+    env = {**os.environ, "LLMFLEET_STATE_DIR": str(state)}
+    ports = {"gateway": free_port(), "prometheus": free_port()}
+    command = [
+        sys.executable, "-m", "llmfleet.core.cli", "up", "--detach",
+        "--gateway-port", str(ports["gateway"]), "--prometheus-port", str(ports["prometheus"]),
+    ]  # fmt: skip
+    started = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    print(started.stderr, file=sys.stderr)
+    local = LocalSystem(Path(state), env, ports["gateway"], ports["prometheus"])
+    if started.returncode != 0:
+        local.down()
+        pytest.fail(f"llmfleet up failed ({started.returncode}): {started.stderr[-2000:]}")
+    try:
+        local.wait_models(["qwen-7b", "llama-8b-pd"])
+        yield local
+    finally:
+        local.down()

@@ -1,0 +1,180 @@
+"""The running local system as the e2e tests see it: its ports, its cluster, its processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psutil
+
+from llmfleet.core.cluster import build
+from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
+from llmfleet.core.local import layout
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.2) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result is not None:
+            return result
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+class LocalSystem:
+    def __init__(self, state: Path, env: dict[str, str], gateway: int, prometheus: int) -> None:
+        self.state = state
+        self.env = env
+        self.paths = layout.Paths(state / "system")
+        self.gateway = f"http://127.0.0.1:{gateway}"
+        self.base_url = f"{self.gateway}/v1"
+        self.prometheus = f"http://127.0.0.1:{prometheus}"
+        self.http = httpx.Client(timeout=30, trust_env=False)
+
+    # -- the user's commands ---------------------------------------------------------------------
+
+    def llmfleet(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "llmfleet.core.cli", *args],
+            env=self.env, capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        kubectl = build.binary(TOOLS_BY_NAME["kubernetes"], "kubectl")
+        done = subprocess.run(
+            [str(kubectl), "--kubeconfig", str(self.paths.kubeconfig), *args],
+            input=stdin, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def down(self) -> None:
+        self.llmfleet("down", timeout=180)
+        self.http.close()
+
+    # -- what the system is doing ----------------------------------------------------------------
+
+    def record(self) -> layout.Record:
+        record = layout.Record.read(self.paths.record)
+        assert record is not None, f"no {self.paths.record}"
+        return record
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of the system (its supervisor's session)."""
+        record = layout.Record.read(self.paths.record)
+        if record is None:
+            return []
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if os.getsid(process.pid) == record.pid:
+                    found.append(process)
+            except (ProcessLookupError, PermissionError):
+                continue
+        return found
+
+    def component(self, name: str) -> psutil.Process:
+        """The process of one supervised component (`gateway`, `operator`, `podrunner`, …)."""
+
+        def match() -> psutil.Process | None:
+            for process in self.processes():
+                try:
+                    line = process.cmdline()
+                except psutil.Error:
+                    continue
+                if name == "prometheus" and line and line[0].endswith("/prometheus"):
+                    return process
+                if name == "podrunner" and "llmfleet.core.local.podrunner" in line:
+                    return process
+                if "llmfleet.core.cli" in line and name in line[line.index("llmfleet.core.cli") :]:
+                    return process
+            return None
+
+        return wait_for(match, 30, f"the {name} process")
+
+    def kill(self, name: str, signum: int = signal.SIGKILL) -> int:
+        process = self.component(name)
+        process.send_signal(signum)
+        return process.pid
+
+    def engines(self) -> list[psutil.Process]:
+        found = []
+        for process in self.processes():
+            try:
+                if process.name().startswith("llm-d-inference"):
+                    found.append(process)
+            except psutil.Error:
+                continue
+        return found
+
+    def engine_of(self, pod: str) -> psutil.Process:
+        """The engine process the pod runner started for `pod` (its POD_IP is the pod's IP)."""
+        ip = self.get("pod", pod, "-n", "default")["status"]["podIP"]
+        for engine in self.engines():
+            try:
+                if engine.environ().get("POD_IP") == ip:
+                    return engine
+            except psutil.Error:
+                continue
+        raise AssertionError(f"no engine runs for pod {pod} ({ip})")
+
+    def models(self) -> list[str]:
+        try:
+            answer = self.http.get(f"{self.base_url}/models")
+        except httpx.HTTPError:
+            return []
+        return [model["id"] for model in answer.json()["data"]] if answer.status_code == 200 else []
+
+    def wait_models(self, names: list[str], timeout: float = 120) -> None:
+        def serving() -> bool | None:
+            if not set(names) <= set(self.models()):
+                return None
+            for name in names:
+                body = {"model": name, "prompt": "warm up", "max_tokens": 2}
+                try:
+                    if self.http.post(f"{self.base_url}/completions", json=body).status_code != 200:
+                        return None
+                except httpx.HTTPError:
+                    return None
+            return True
+
+        wait_for(serving, timeout, f"{names} to answer through the gateway", every=0.5)
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        answer = self.http.get(f"{self.prometheus}/api/v1/query", params={"query": promql})
+        answer.raise_for_status()
+        result: list[dict[str, Any]] = answer.json()["data"]["result"]
+        return result
+
+    def pods(self, service: str, pool: str | None = None) -> list[dict[str, Any]]:
+        selector = f"llmfleet.dev/service={service}"
+        if pool:
+            selector += f",llmfleet.dev/pool={pool}"
+        items: list[dict[str, Any]] = self.get("pods", "-n", "default", "-l", selector)["items"]
+        return items
+
+    def serving(self, service: str, pool: str) -> list[str]:
+        """Names of the pool's pods that are serving and Ready."""
+        names = []
+        for pod in self.pods(service, pool):
+            labels = pod["metadata"].get("labels", {})
+            conditions = pod.get("status", {}).get("conditions", [])
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            if ready and labels.get("llmfleet.dev/serving") == "true":
+                names.append(pod["metadata"]["name"])
+        return sorted(names)
