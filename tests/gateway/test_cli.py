@@ -53,6 +53,11 @@ def test_gateway_serves_a_static_config(tmp_path: Path) -> None:
         pytest.param(
             ["--static-config", "/dev/null", "--profile", "fastest"], "unknown", id="bad-profile"
         ),
+        pytest.param(
+            ["--static-config", "/dev/null", "--port", "70000"],
+            "error: gateway setting port: must be at most 65535, got 70000",
+            id="bad-port",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(args: list[str], fragment: str, tmp_path: Path) -> None:

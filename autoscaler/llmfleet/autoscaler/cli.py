@@ -9,43 +9,74 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from prometheus_client import start_http_server
 
-from llmfleet.autoscaler.inputs import PolicyConfig
-from llmfleet.autoscaler.kube import Kube
-from llmfleet.autoscaler.loop import Autoscaler
-from llmfleet.autoscaler.metrics import AutoscalerMetrics
-from llmfleet.autoscaler.profiles import load_profiles
 from llmfleet.autoscaler.settings import AutoscalerSettings
-from llmfleet.autoscaler.signals import PrometheusSignals
-from llmfleet.core.kube import connect
-from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.core.options import given
 
-app = typer.Typer(help="Run the SLO-aware autoscaler.", invoke_without_command=True)
+# The Kubernetes and Prometheus clients and the policy are imported by `run`, not here:
+# `llmfleet --help` loads this module to list the command and must stay fast.
+app = typer.Typer(add_completion=False)
 log = logging.getLogger("llmfleet.autoscaler")
+_DEFAULTS = AutoscalerSettings.model_fields
 
 
-@app.callback()
+@app.command()
 def run(
     *,
     prometheus_url: Annotated[
-        str | None, typer.Option(help="Prometheus that scrapes the engines.")
+        str | None,
+        typer.Option(
+            help="Prometheus that scrapes the engines.",
+            show_default=_DEFAULTS["prometheus_url"].default,
+        ),
     ] = None,
     namespace: Annotated[
         list[str] | None,
-        typer.Option("--namespace", "-n", help="Only these namespaces (repeatable)."),
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Only these namespaces (repeatable).",
+            show_default="all namespaces",
+        ),
     ] = None,
-    interval: Annotated[float | None, typer.Option(help="Seconds between passes.", min=0.1)] = None,
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds between passes.",
+            min=0.1,
+            show_default=f"{_DEFAULTS['interval_seconds'].default:g}",
+        ),
+    ] = None,
     profiles_dir: Annotated[
-        Path | None, typer.Option(help="Directory of capacity profiles (JSON), one per model.")
+        Path | None,
+        typer.Option(
+            help="Directory of capacity profiles (JSON), one per model.",
+            show_default="none: per-GPU defaults",
+        ),
     ] = None,
     kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig; in-cluster or $KUBECONFIG when unset.")
+        Path | None,
+        typer.Option(
+            help="Kubeconfig.", show_default="in-cluster config, else $KUBECONFIG or ~/.kube/config"
+        ),
     ] = None,
     once: Annotated[bool, typer.Option(help="One pass, then exit.")] = False,
 ) -> None:
-    """Write decisions to status.autoscaling (settings: env LLMFLEET_AUTOSCALER_*)."""
+    """Run the SLO-aware autoscaler.
+
+    Sizes every autoscaled InferenceService from Prometheus and writes each decision, with its
+    reason, to status.autoscaling. Settings: environment LLMFLEET_AUTOSCALER_*."""
+    from prometheus_client import start_http_server
+
+    from llmfleet.autoscaler.inputs import PolicyConfig
+    from llmfleet.autoscaler.kube import Kube
+    from llmfleet.autoscaler.loop import Autoscaler
+    from llmfleet.autoscaler.metrics import AutoscalerMetrics
+    from llmfleet.autoscaler.profiles import load_profiles
+    from llmfleet.autoscaler.signals import PrometheusSignals
+    from llmfleet.core.kube import connect
+    from llmfleet.core.loopback import LoopbackGuard
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     overrides = given(
         prometheus_url=prometheus_url,

@@ -11,13 +11,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib.metadata import entry_points
-from typing import Annotated
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperGroup
 
 from llmfleet.core import loopback, netns
 from llmfleet.core.cluster import ClusterError, LocalCluster, build
@@ -25,9 +27,31 @@ from llmfleet.core.cluster.local import DEFAULT_NAME
 from llmfleet.core.cluster.nodes import DEFAULT_POOLS, GPU_TYPES, format_pools, parse_pools
 from llmfleet.core.cluster.toolchain import TOOLS, TOOLS_BY_NAME, Tool
 from llmfleet.core.errors import UserError
-from llmfleet.crds import render
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context  # typer's own copy of click
+
+# Imports here are what `llmfleet --help` and `llmfleet cluster …` pay for on every run; heavier
+# modules (the CRD models, the components) are imported inside the commands that use them.
+
+
+class _Root(TyperGroup):
+    """The `llmfleet` group: core's own commands, then each component's from its entry point
+    (`COMMANDS_GROUP`), imported only when that command runs or a help page lists it."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        own = super().list_commands(ctx)
+        return [*own, *(name for name in _entries() if name not in own)]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        own = super().get_command(ctx, cmd_name)
+        if own is not None or cmd_name not in _entries():
+            return own
+        return _component(cmd_name)
+
 
 app = typer.Typer(
+    cls=_Root,
     name="llmfleet",
     help="Kubernetes operator and control plane for LLM serving fleets.",
     no_args_is_help=True,
@@ -108,8 +132,10 @@ def cluster_build(
         typer.Argument(help=f"Tools to build (default: all): {', '.join(TOOLS_BY_NAME)}."),
     ] = None,
 ) -> None:
-    """Build the pinned binaries (Go modules; Prometheus from Debian's package) into
-    ~/.cache/llmfleet, only what is missing."""
+    """Build the pinned binaries into ~/.cache/llmfleet, only what is missing.
+
+    Go modules for Kubernetes, etcd, kwok, helm and the engine simulator; Prometheus from
+    Debian's package."""
     unknown = sorted(set(tools or ()) - set(TOOLS_BY_NAME))
     if unknown:
         choices = ", ".join(TOOLS_BY_NAME)
@@ -204,8 +230,9 @@ def cluster_status(name: NameOption = DEFAULT_NAME) -> None:
 
 @cluster_app.command("env")
 def cluster_env(name: NameOption = DEFAULT_NAME) -> None:
-    """Print the environment for the cluster (use: eval "$(llmfleet cluster env)"): its
-    KUBECONFIG, and LLMFLEET_LOOPBACK_ONLY so llmfleet's components started from this shell
+    """Print the shell environment for the cluster: eval "$(llmfleet cluster env)".
+
+    Its KUBECONFIG, and LLMFLEET_LOOPBACK_ONLY so llmfleet's components started from this shell
     never connect to the cluster's fake pod IPs."""
     cluster = LocalCluster(name)
     if not cluster.kubeconfig.is_file():
@@ -219,8 +246,10 @@ def cluster_env(name: NameOption = DEFAULT_NAME) -> None:
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def isolated(ctx: typer.Context) -> None:
-    """Run a command in a new network namespace with only loopback, LLMFLEET_LOOPBACK_ONLY on
-    (`llmfleet isolated -- python -m pytest`; make test does). Needs root and `unshare`."""
+    """Run a command in a new network namespace with only loopback.
+
+    `llmfleet isolated -- python -m pytest`, as make test does, with LLMFLEET_LOOPBACK_ONLY on.
+    Needs root and `unshare`."""
     if not ctx.args:
         raise UserError("usage: llmfleet isolated -- CMD [ARG...]")
     netns.exec_isolated(list(ctx.args))
@@ -229,6 +258,8 @@ def isolated(ctx: typer.Context) -> None:
 @crds_app.command("render")
 def crds_render() -> None:
     """Write the CRD rendered from the models to crds/manifests/."""
+    from llmfleet.crds import render
+
     for path in render.write():
         _step(f"wrote {path}")
 
@@ -236,6 +267,8 @@ def crds_render() -> None:
 @crds_app.command("check")
 def crds_check() -> None:
     """Exit 1 when the committed CRD differs from what the models render."""
+    from llmfleet.crds import render
+
     stale = render.stale_files()
     if stale:
         names = ", ".join(str(path) for path in stale)
@@ -252,17 +285,25 @@ def _print_nodes(cluster: LocalCluster) -> None:
 
 COMMANDS_GROUP = "llmfleet.commands"
 """Entry-point group through which components add sub-commands (`llmfleet operator`, …) without
-core importing them: each entry point names a typer app, registered under the entry's name."""
+core importing them: each entry point names a typer app, run as `llmfleet <entry name>`. An app
+with one command (and no callback) is that command itself: `llmfleet gateway [OPTIONS]`."""
 
 
-def add_component_commands(root: typer.Typer) -> None:
-    """Register every component's sub-command; one that cannot load breaks only itself."""
-    for entry in entry_points(group=COMMANDS_GROUP):
-        try:
-            command = entry.load()
-        except Exception as error:  # a broken component must not take the others down
-            command = _unavailable(entry.name, f"{type(error).__name__}: {error}")
-        root.add_typer(command, name=entry.name)
+@cache
+def _entries() -> dict[str, EntryPoint]:
+    return {entry.name: entry for entry in entry_points(group=COMMANDS_GROUP)}
+
+
+@cache
+def _component(name: str) -> Command:
+    """The component's command; one that cannot load breaks only itself."""
+    try:
+        command = _entries()[name].load()
+    except Exception as error:  # a broken component must not take the others down
+        command = _unavailable(name, f"{type(error).__name__}: {error}")
+    click_command = typer.main.get_command(command)
+    click_command.name = name  # a one-command app's command is named after its function
+    return click_command
 
 
 def _unavailable(name: str, why: str) -> typer.Typer:
@@ -277,7 +318,6 @@ def _unavailable(name: str, why: str) -> typer.Typer:
 
 def main() -> None:
     """Entry point: run the app, turning UserError into one line on stderr and exit 1."""
-    add_component_commands(app)
     try:
         app(standalone_mode=True)
     except UserError as error:

@@ -7,19 +7,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import uvicorn
+from pydantic import ValidationError
 
 from llmfleet.core.errors import UserError
 from llmfleet.core.options import given
-from llmfleet.gateway.app import create_app
-from llmfleet.gateway.discovery import StaticConfigError
-from llmfleet.gateway.settings import GatewaySettings
-from llmfleet.gateway.tenants import TenantsError
+from llmfleet.core.problems import problems
+from llmfleet.gateway.settings import DEFAULT_PROFILES, GatewaySettings
 
-app = typer.Typer(help="Run the OpenAI-compatible gateway.", invoke_without_command=True)
+# uvicorn and the app's modules (FastAPI, aiohttp) are imported by `run`, not here:
+# `llmfleet --help` loads this module to list the command and must stay fast.
+app = typer.Typer(add_completion=False)
+_DEFAULTS = GatewaySettings.model_fields
 
 
-@app.callback()
+@app.command()
 def run(
     *,
     static_config: Annotated[
@@ -28,21 +29,49 @@ def run(
     ] = None,
     kubeconfig: Annotated[
         Path | None,
-        typer.Option(help="Without --static-config: discover services in this cluster."),
+        typer.Option(
+            help="Without --static-config: discover services in this cluster.",
+            show_default="in-cluster config, else $KUBECONFIG or ~/.kube/config",
+        ),
     ] = None,
     namespace: Annotated[
-        str | None, typer.Option(help="Kubernetes discovery: only this namespace.")
+        str | None,
+        typer.Option(help="Kubernetes discovery: only this namespace.", show_default="all"),
     ] = None,
     api_keys_secret: Annotated[
-        str | None, typer.Option(help="NAMESPACE/NAME of a Secret with `tenants.yaml` (API keys).")
+        str | None,
+        typer.Option(
+            help="NAMESPACE/NAME of a Secret with `tenants.yaml` (API keys).",
+            show_default="no API keys",
+        ),
     ] = None,
-    host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Bind address (0.0.0.0: every interface).", show_default=_DEFAULTS["host"].default
+        ),
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port.", show_default=str(_DEFAULTS["port"].default))
+    ] = None,
     profile: Annotated[
-        str | None, typer.Option(help="Routing profile: prefix-load, least-loaded, round-robin.")
+        str | None,
+        typer.Option(
+            help=f"Routing profile: {', '.join(DEFAULT_PROFILES)}.",
+            show_default=_DEFAULTS["profile"].default,
+        ),
     ] = None,
 ) -> None:
-    """Serve the OpenAI API, /metrics, /healthz, /readyz (settings: env LLMFLEET_GATEWAY_*)."""
+    """Run the OpenAI-compatible gateway.
+
+    Serves the OpenAI API, /metrics, /healthz and /readyz in front of the engines a static file
+    lists or the cluster's InferenceServices. Settings: environment LLMFLEET_GATEWAY_*."""
+    import uvicorn
+
+    from llmfleet.gateway.app import create_app
+    from llmfleet.gateway.discovery import StaticConfigError
+    from llmfleet.gateway.tenants import TenantsError
+
     overrides = given(
         static_config=static_config,
         kubeconfig=kubeconfig,
@@ -52,7 +81,10 @@ def run(
         port=port,
         profile=profile,
     )
-    settings = GatewaySettings(**overrides)
+    try:
+        settings = GatewaySettings(**overrides)
+    except ValidationError as error:  # an option or an LLMFLEET_GATEWAY_* variable
+        raise UserError("\n".join(f"gateway setting {line}" for line in problems(error))) from None
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s llmfleet-gateway %(levelname)s %(message)s"
     )

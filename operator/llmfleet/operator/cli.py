@@ -5,29 +5,26 @@ from __future__ import annotations
 import logging
 import secrets
 from functools import partial
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import kopf
 import typer
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from prometheus_client import start_http_server
 
-from llmfleet.core.kube import connect
-from llmfleet.core.loopback import LoopbackGuard
-from llmfleet.operator.handlers import build_registry
-from llmfleet.operator.inflight import probe_in_flight
-from llmfleet.operator.kube import Kube
-from llmfleet.operator.metrics import OperatorMetrics
-from llmfleet.operator.reconcile import Reconciler
 from llmfleet.operator.settings import OperatorSettings
 
-app = typer.Typer(help="Run the InferenceService operator.", invoke_without_command=True)
+if TYPE_CHECKING:
+    from kubernetes import client
+
+# kopf, the Kubernetes client and the operator's modules are imported by `run`, not here:
+# `llmfleet --help` loads this module to list the command and must stay fast.
+app = typer.Typer(add_completion=False)
 
 
 def ensure_peering(api: client.ApiClient, name: str, namespaces: list[str]) -> None:
     """Create the kopf peering object(s) replicas meet on, when the peering CRDs exist."""
-    custom = client.CustomObjectsApi(api)
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+
+    custom = CustomObjectsApi(api)
     body: dict[str, Any] = {"metadata": {"name": name}}
     try:
         if namespaces:
@@ -51,20 +48,43 @@ def ensure_peering(api: client.ApiClient, name: str, namespaces: list[str]) -> N
             raise
 
 
-@app.callback()
+@app.command()
 def run(
     namespace: Annotated[
         list[str] | None,
-        typer.Option("--namespace", "-n", help="Watch only these namespaces (repeatable)."),
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Watch only these namespaces (repeatable).",
+            show_default="all namespaces",
+        ),
     ] = None,
     peering: Annotated[
-        str | None, typer.Option(help="Peering name replicas share (only one acts at a time).")
+        str | None,
+        typer.Option(
+            help="Peering name replicas share (only one acts at a time).",
+            show_default=OperatorSettings.model_fields["peering"].default,
+        ),
     ] = None,
     standalone: Annotated[
         bool, typer.Option(help="No peering: for a single replica or a cluster without the CRDs.")
     ] = False,
 ) -> None:
-    """Reconcile InferenceServices into pools of engine pods, Services and budgets."""
+    """Run the InferenceService operator.
+
+    Reconciles each InferenceService into pools of engine pods, Services and disruption budgets,
+    against the current kubeconfig. Settings: environment LLMFLEET_OPERATOR_*."""
+    import kopf
+    from prometheus_client import start_http_server
+
+    from llmfleet.core.kube import connect
+    from llmfleet.core.loopback import LoopbackGuard
+    from llmfleet.operator.handlers import build_registry
+    from llmfleet.operator.inflight import probe_in_flight
+    from llmfleet.operator.kube import Kube
+    from llmfleet.operator.metrics import OperatorMetrics
+    from llmfleet.operator.reconcile import Reconciler
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # kopf logs every watch-event handler call at INFO; ours log what they do themselves.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from llmfleet.autoscaler.sim import POLICIES
 from llmfleet.autoscaler.sim.cli import app
-from llmfleet.autoscaler.sim.compare import POLICIES, Options, compare
+from llmfleet.autoscaler.sim.compare import Options, compare
 from llmfleet.autoscaler.sim.model import EngineModel
 from llmfleet.autoscaler.sim.run import SimSettings, Slo
 from llmfleet.autoscaler.sim.traces import TRACES_DIR_ENV, TraceError, load, shipped_dir

@@ -7,3 +7,7 @@ Prometheus would give them), `run` (the replay loop), `ours` and `baselines` (wh
 fleet), `profile` (the capacity profile and replica sizing), `compare` (all policies on one
 trace), `report` (tables, JSON, plots), `cli`.
 """
+
+POLICIES = ("llmfleet", "static-peak", "keda-queue", "llm-d-slo", "dynamo-planner", "aibrix-kpa")
+"""Our policy, then the baselines, in the order the tables show them (here, not in `compare`, so
+that the CLI names them without importing the simulator)."""

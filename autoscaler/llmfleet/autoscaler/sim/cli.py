@@ -11,26 +11,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from llmfleet.autoscaler.sim import report
-from llmfleet.autoscaler.sim.compare import POLICIES, Options, check_policies, compare
-from llmfleet.autoscaler.sim.model import EngineModel
-from llmfleet.autoscaler.sim.run import SimSettings, Slo
+from llmfleet.autoscaler.sim import POLICIES
 from llmfleet.autoscaler.sim.traces import TRACES_DIR_ENV, load, shipped
 
-app = typer.Typer(
-    help="Replay request traces through a simulated fleet: our policy vs the baselines.",
-    invoke_without_command=True,
-    # A group stops reading options at its first argument; this one has no sub-commands, so
-    # `llmfleet sim TRACE --json` must still see --json.
-    context_settings={"allow_interspersed_args": True},
-)
+# The simulator (numpy) and the plots (matplotlib) are imported by `run`, not here:
+# `llmfleet --help` loads this module to list the command and must stay fast.
+app = typer.Typer(add_completion=False)
 
 SLO_DEFAULTS = {"azure": (2000.0, 50.0), "mooncake": (10_000.0, 100.0)}
 """(TTFT ms, ITL ms) per trace kind when not given: interactive code completion for Azure's
 2k-token prompts; Mooncake's 15k-token (up to 190k) prompts take seconds to prefill alone."""
 
 
-@app.callback()
+@app.command()
 def run(
     traces: Annotated[
         list[Path] | None,
@@ -78,7 +71,15 @@ def run(
     plots: Annotated[Path | None, typer.Option(help="Write PNG timelines into this dir.")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress on stderr.")] = False,
 ) -> None:
-    """Print SLO attainment, GPU-hours, latency tails and scaling per policy for each trace."""
+    """Replay request traces through a simulated fleet: our policy against the baselines.
+
+    Prints SLO attainment, GPU-hours, latency tails and scaling per policy, one table per
+    trace."""
+    from llmfleet.autoscaler.sim import report
+    from llmfleet.autoscaler.sim.compare import Options, check_policies, compare
+    from llmfleet.autoscaler.sim.model import EngineModel
+    from llmfleet.autoscaler.sim.run import SimSettings, Slo
+
     names = check_policies(policy or list(POLICIES))
     paths = traces or shipped()
     err = Console(stderr=True)

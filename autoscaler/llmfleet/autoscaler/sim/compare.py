@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmfleet.autoscaler.inputs import PolicyConfig
+from llmfleet.autoscaler.sim import POLICIES
 from llmfleet.autoscaler.sim.baselines import (
     AibrixKpa,
     DynamoPlanner,
@@ -42,7 +43,6 @@ from llmfleet.autoscaler.sim.traces import Trace
 from llmfleet.core.errors import UserError
 from llmfleet.crds.spec import SloSpec
 
-POLICIES = ("llmfleet", "static-peak", "keda-queue", "llm-d-slo", "dynamo-planner", "aibrix-kpa")
 GOAL = 99.0
 """Attainment (%) a policy must reach for both TTFT and ITL to count as meeting the SLO."""
 _BURST_LOOKBACK_S = 300.0
