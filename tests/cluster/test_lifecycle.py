@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import psutil
@@ -62,9 +63,11 @@ def test_up_status_env_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert "gpu-h200-0" in status.stdout
 
     exported = llmfleet(env, "cluster", "env", "--name", name).stdout.strip()
+    kubectl_dir = LocalCluster.binaries()["kubectl"].parent
     assert exported.splitlines() == [
         f"export KUBECONFIG={cluster.kubeconfig}",
         "export LLMFLEET_LOOPBACK_ONLY=true",
+        f'export PATH={kubectl_dir}:{sysconfig.get_path("scripts")}:"$PATH"',
     ]
     assert "~/.kube" not in exported
 

@@ -6,13 +6,17 @@ traceback.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -232,13 +236,25 @@ def cluster_status(name: NameOption = DEFAULT_NAME) -> None:
 def cluster_env(name: NameOption = DEFAULT_NAME) -> None:
     """Print the shell environment for the cluster: eval "$(llmfleet cluster env)".
 
-    Its KUBECONFIG, and LLMFLEET_LOOPBACK_ONLY so llmfleet's components started from this shell
-    never connect to the cluster's fake pod IPs."""
+    Its KUBECONFIG; LLMFLEET_LOOPBACK_ONLY, so llmfleet's components started from this shell
+    never connect to the cluster's fake pod IPs; and PATH with the kubectl built for this
+    cluster's version and this llmfleet first, so neither another kubectl nor an inactive
+    virtualenv gets in the way."""
     cluster = LocalCluster(name)
     if not cluster.kubeconfig.is_file():
         raise ClusterError(f"cluster {name!r} is not running (`llmfleet cluster up` starts it)")
-    out.print(f"export KUBECONFIG={cluster.kubeconfig}", highlight=False, soft_wrap=True)
-    out.print(f"export {loopback.ENV}=true", highlight=False)
+    # The scripts directory of the environment running this llmfleet (.venv/bin), where pip put
+    # the `llmfleet` command.
+    first = dict.fromkeys(
+        [build.bin_dir(TOOLS_BY_NAME["kubernetes"]), Path(sysconfig.get_path("scripts"))]
+    )
+    path = os.pathsep.join(shlex.quote(str(directory)) for directory in first)
+    for line in (
+        f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig))}",
+        f"export {loopback.ENV}=true",
+        f'export PATH={path}{os.pathsep}"$PATH"',
+    ):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command(

@@ -290,6 +290,11 @@ def ensure_tools(
         if progress is not None and isinstance(tool, DebTool):
             progress(tool, f"building from Debian's {tool.pin} (download and unpack)")
         elif progress is not None:
-            progress(tool, f"building (about {tool.estimated_minutes} min on 2 cores, cold)")
+            progress(tool, f"building (about {_about(tool.estimated_seconds)} on 2 cores, cold)")
         spent[tool.key] = build_tool(tool, root, progress)
     return spent
+
+
+def _about(seconds: float) -> str:
+    """A build estimate as a person reads it: `40 s`, `4 min`."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
