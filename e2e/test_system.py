@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import threading
 import time
@@ -313,6 +314,42 @@ def test_scale_down_drains(system: LocalSystem) -> None:
     assert tally.lost == 0
     assert sum(tally.failed.values()) == 0
     assert tally.answered > 0
+
+
+def _chat_sizing(system: LocalSystem) -> str:
+    status = system.get("inferenceservice", "chat", "-n", "default").get("status", {})
+    return str(status.get("autoscaling", {}).get("pools", {}).get("unified", {}).get("reason", ""))
+
+
+def test_prometheus_stopped_for_a_minute(system: LocalSystem) -> None:
+    """SIGSTOP Prometheus for 60 s: the autoscaler holds every pool where it is and says why in
+    `status.autoscaling`; traffic through the gateway does not depend on it; after SIGCONT the
+    autoscaler sizes from metrics again."""
+    prometheus = system.component("prometheus")
+    before = system.serving("chat", "unified")
+    outage = 60.0
+
+    def stop_prometheus() -> None:
+        prometheus.send_signal(signal.SIGSTOP)
+
+    try:
+        tally = under_traffic(
+            system, stop_prometheus, max_tokens=16, workers=2, before=1, after=outage
+        )
+        held = _chat_sizing(system)
+    finally:
+        prometheus.send_signal(signal.SIGCONT)
+    print(tally.row("Prometheus stopped for a minute"))
+    print(f"PROMETHEUS STOPPED: chat/unified said {held!r}")
+    assert held.startswith("holding"), held
+    assert "metrics" in held
+    assert system.serving("chat", "unified") == before
+    assert tally.lost == 0
+    assert sum(tally.failed.values()) == 0
+    wait_for(
+        lambda: True if not _chat_sizing(system).startswith("holding") else None,
+        60, "the autoscaler to size from metrics again",
+    )  # fmt: skip
 
 
 @pytest.mark.last

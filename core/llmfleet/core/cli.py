@@ -334,6 +334,9 @@ def _unavailable(name: str, why: str) -> typer.Typer:
 
 def main() -> None:
     """Entry point: run the app, turning UserError into one line on stderr and exit 1."""
+    from llmfleet.core.local import commands as local_commands  # up, status, down
+
+    local_commands.register(app, _build_reporter)
     try:
         app(standalone_mode=True)
     except UserError as error:

@@ -59,12 +59,16 @@ def render(shot: control.Snapshot) -> Group:
             pool.namespace, pool.service, pool.pool,
             *(str(n) for n in (pool.serving, pool.spare, pool.starting, pool.pending)),
         )  # fmt: skip
-    decisions = Table(
-        "TIME", "SERVICE", "AUTOSCALER", title="recent decisions", title_justify="left"
-    )
-    for when, service, message in shot.decisions:
-        decisions.add_row(when, service, message)
-    parts: list[Any] = [services, pools, decisions]
+    sizing = Table("SERVICE/POOL", "WHY THIS SIZE", title="autoscaler", title_justify="left")
+    for pool in shot.pools:
+        if pool.decision:
+            sizing.add_row(f"{pool.service}/{pool.pool}", pool.decision)
+    parts: list[Any] = [services, pools, sizing]
+    if shot.decisions:
+        decisions = Table("TIME", "SERVICE", "CHANGE", title="recent scaling", title_justify="left")
+        for when, service, message in shot.decisions:
+            decisions.add_row(when, service, message)
+        parts.append(decisions)
     parts += [f"[yellow]{problem}[/]" for problem in shot.problems]
     return Group(*parts)
 
@@ -117,9 +121,12 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
         gateway_port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8080,
         prometheus_port: Annotated[int, typer.Option(help="Prometheus port on 127.0.0.1.")] = 9090,
     ) -> None:
-        """The whole system on this machine: local cluster, CRDs, operator, autoscaler, gateway,
-        Prometheus, engines behind the pods, and sample services; then a live status view
-        (Ctrl-C leaves the system running; `llmfleet down` stops it)."""
+        """Start the whole system on this machine, then show its status live.
+
+        The local cluster, CRDs, Prometheus, engines behind the pods, operator, autoscaler,
+        gateway and the sample services, in a network namespace of their own; the gateway,
+        Prometheus and the API server are relayed to 127.0.0.1. Ctrl-C ends the view and leaves
+        the system running; `llmfleet down` stops it."""
         paths = layout.Paths.default()
         record = control.running(paths)
         if record is not None:
@@ -139,8 +146,11 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
         watch: Annotated[bool, typer.Option(help="Refresh every 2 s until Ctrl-C.")] = False,
         json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
-        """Services, pools (serving/spare/starting/pending), requests/s, TTFT and ITL p95
-        against each SLO, and the autoscaler's recent decisions."""
+        """Show the local system: services, pools, traffic, latency against SLOs, autoscaler.
+
+        Pools count serving, spare, starting and pending pods; requests/s and TTFT/ITL p95
+        come from the gateway's metrics in Prometheus; the autoscaler's reason for each pool's
+        size and its recent scaling events."""
         paths = layout.Paths.default()
         record = control.running(paths)
         if record is None:

@@ -24,15 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
-from kubernetes import client
 
 from llmfleet.core.cluster import build
 from llmfleet.core.cluster.errors import ClusterError
 from llmfleet.core.cluster.local import free_port
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
-from llmfleet.core.kube import api_client
 from llmfleet.core.local import layout
 
 Say = Callable[[str], None]
@@ -238,6 +235,8 @@ class PoolRow:
     spare: int = 0
     starting: int = 0
     pending: int = 0
+    decision: str = ""
+    """The autoscaler's latest reason for this pool's size (`status.autoscaling`)."""
 
 
 @dataclass
@@ -263,6 +262,8 @@ class Snapshot:
 
 
 def _prom_vector(url: str, query: str) -> dict[tuple[str, str], float]:
+    import httpx  # noqa: PLC0415 - `llmfleet --help` stays fast
+
     answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=3, trust_env=False)
     answer.raise_for_status()
     values = {}
@@ -274,7 +275,11 @@ def _prom_vector(url: str, query: str) -> dict[tuple[str, str], float]:
     return values
 
 
-def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:
+def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:  # noqa: PLR0915
+    from kubernetes import client  # noqa: PLC0415 - `llmfleet --help` stays fast
+
+    from llmfleet.core.kube import api_client  # noqa: PLC0415
+
     shot = Snapshot()
     api = api_client(str(paths.kubeconfig))
     try:
@@ -287,8 +292,12 @@ def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:
         events: list[Any] = core.list_event_for_all_namespaces().items
     finally:
         api.close()  # type: ignore[no-untyped-call]
+    decided: dict[tuple[str, str, str], str] = {}
     for item in services["items"]:
         meta, spec = item["metadata"], item.get("spec", {})
+        scaled = item.get("status", {}).get("autoscaling", {}).get("pools", {})
+        for pool, state in scaled.items():
+            decided[(meta["namespace"], meta["name"], pool)] = str(state.get("reason", ""))
         conditions = {c["type"]: c for c in item.get("status", {}).get("conditions", [])}
         ready = conditions.get("Ready", {})
         slo = spec.get("slo", {})
@@ -310,7 +319,7 @@ def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:
             labels.get("llmfleet.dev/service", ""),
             labels["llmfleet.dev/pool"],
         )
-        row = pools.setdefault(key, PoolRow(*key))
+        row = pools.setdefault(key, PoolRow(*key, decision=decided.get(key, "")))
         status: Any = pod.status
         ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
         if status.phase == "Pending":

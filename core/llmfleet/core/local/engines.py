@@ -12,8 +12,12 @@ pays a KV transfer per prompt token instead and generates tokens faster; a unifi
 both. `--time-factor-under-load` makes every figure grow with the batch, as on a GPU, so
 latency rises with load and the autoscaler has something to see.
 
-Local only: `LOCAL_ARGS_ENV` in the service's `spec.runtime.env` appends simulator flags (tests
-use it for slow or failing engines); a real pod's launcher ignores it.
+A new engine is not ready for `COLD_START_SECONDS` (a stand-in for a GPU's minutes of model
+loading), so warm spares matter here as they do on a cluster.
+
+Local only: `LOCAL_ARGS_ENV` in the service's `spec.runtime.env` appends simulator flags, which
+win over ours (`--startup-duration=0s` for an instant start, `--time-to-first-token=500ms` for a
+slow engine); a real pod's launcher ignores it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ DEFAULT_MAX_NUM_SEQS = 32
 """Concurrent sequences when the spec leaves `maxNumSeqs` unset (vLLM's own default is 256 on
 a GPU with memory to spare; 32 makes a local engine saturate at a load a laptop can send)."""
 DEFAULT_MAX_MODEL_LEN = 32_768
+COLD_START_SECONDS = 8
+"""How long a new engine answers 503 on /health/ready (llm-d-inference-sim's
+`--startup-duration`), standing in for loading weights and capturing CUDA graphs, which take
+minutes on a GPU: long enough locally that a warm spare visibly beats a cold start."""
 KV_CACHE_BLOCKS = 4096
 """KV-cache blocks of 16 tokens (65k tokens): a few long prompts fill it, as on a small GPU."""
 
@@ -101,6 +109,7 @@ def engine_argv(
         "--block-size=16",
         f"--kv-cache-size={KV_CACHE_BLOCKS}",
         f"--seed={seed}",
+        f"--startup-duration={COLD_START_SECONDS}s",
         *ROLE_LATENCY[role].flags(),
     ]
     extra = env.get(LOCAL_ARGS_ENV, "")

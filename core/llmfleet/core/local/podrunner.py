@@ -5,7 +5,7 @@ kwok schedules engine pods onto fake GPU nodes, gives them IPs and marks them Ru
 nothing. Every `interval` the runner lists the engine pods (label `llmfleet.dev/pool`) and:
 - starts one llm-d-inference-sim per running pod (engines.py reads the pod's runtime config
   from its ConfigMap), in a network namespace of its own that carries the pod IP (podnet.py);
-- probes each engine's `/health` on its pod IP, as a readiness probe would, and keeps the pod's
+- probes each engine's `/health/ready` on its pod IP, as a readiness probe would, and keeps the pod's
   `Ready` condition equal to the answer: a pod whose engine is starting, dead or not answering
   is not Ready, so the EndpointSlice controller, the operator and the gateway stop sending it
   requests;
@@ -300,9 +300,9 @@ class PodRunner:
         view = engine.pod
         status = "True" if engine.healthy else "False"
         if engine.healthy:
-            reason, message = "EngineAnswering", "the engine answers /health"
+            reason, message = "EngineReady", "the engine answers /health/ready"
         elif engine.alive():
-            reason, message = "EngineNotAnswering", "the engine does not answer /health yet"
+            reason, message = "EngineNotReady", "the engine is starting or not answering"
         else:
             reason, message = "EngineNotRunning", engine.last_error or "the engine is not running"
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -370,8 +370,9 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def probe_health(ip: str) -> bool:
-    """GET http://IP:8000/health answers 200 within `PROBE_TIMEOUT`."""
-    url = f"http://{ip}:{engines.ENGINE_PORT}/health"
+    """GET http://IP:8000/health/ready answers 200 within `PROBE_TIMEOUT` (the simulator says
+    503 while it "loads the model")."""
+    url = f"http://{ip}:{engines.ENGINE_PORT}/health/ready"
     try:
         with contextlib.closing(_OPENER.open(url, timeout=PROBE_TIMEOUT)) as answer:
             return bool(answer.status == 200)
