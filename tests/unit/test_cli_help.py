@@ -57,7 +57,7 @@ def test_help_imports_no_component_dependency(args: list[str]) -> None:
     assert result.stdout.splitlines()[-1] == "IMPORTED"
 
 
-@pytest.mark.parametrize("component", ["operator", "gateway", "autoscaler", "sim"])
+@pytest.mark.parametrize("component", ["operator", "gateway", "autoscaler", "sim", "load"])
 def test_a_component_command_is_a_leaf(component: str) -> None:
     result = llmfleet(component, "--help")
     assert result.returncode == 0, result.stderr

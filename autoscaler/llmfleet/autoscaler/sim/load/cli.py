@@ -12,14 +12,12 @@ from llmfleet.autoscaler.sim.load import DEFAULT_GATEWAY_URL, GATEWAY_URL_ENV
 PROGRESS_EVERY_S = 10.0
 """Seconds between progress lines when stderr is not a terminal."""
 
-app = typer.Typer(
-    help="Replay a request trace against the gateway in open loop; report TTFT, ITL, errors.",
-    invoke_without_command=True,
-    context_settings={"allow_interspersed_args": True},
+app = typer.Typer(add_completion=False)
+
+
+@app.command(
+    help="Replay a request trace against the gateway in open loop; report TTFT, ITL, errors."
 )
-
-
-@app.callback()
 def load(
     trace: Annotated[
         Path,
