@@ -117,6 +117,7 @@ def pod(
             containers=[
                 NS(
                     name="engine",
+                    image="ghcr.io/llmfleet/runtime:0.1.0",
                     command=["llmfleet-runtime", "serve", "--config", "/etc/llmfleet/unified.json"],
                     args=None,
                     env=[

@@ -5,10 +5,10 @@ kwok schedules engine pods onto fake GPU nodes, gives them IPs and marks them Ru
 nothing. Every `interval` the runner lists the engine pods (label `llmfleet.dev/pool`) and:
 - starts one llm-d-inference-sim per running pod (engines.py reads the pod's runtime config
   from its ConfigMap), in a network namespace of its own that carries the pod IP (podnet.py);
-- probes each engine's `/health/ready` on its pod IP, as a readiness probe would, and keeps the pod's
-  `Ready` condition equal to the answer: a pod whose engine is starting, dead or not answering
-  is not Ready, so the EndpointSlice controller, the operator and the gateway stop sending it
-  requests;
+- probes each engine's `/health/ready` on its pod IP, as a readiness probe would, and keeps
+  the pod's `Ready` condition equal to the answer: a pod whose engine is starting, dead or not
+  answering is not Ready, so the EndpointSlice controller, the operator and the gateway stop
+  sending it requests;
 - restarts an engine that exited (backing off 1 s, 2 s, … 10 s) and counts the restarts;
 - stops the engine of a pod that is deleted or gone (SIGTERM, SIGKILL after `stop_grace`);
 - writes the Prometheus file-discovery targets of the running engines, labelled as the
@@ -69,6 +69,7 @@ class PodView:
     config_map: str
     config_key: str
     container: str
+    image: str
     env: dict[str, str]
     ready: bool | None
     """The pod's `Ready` condition (None when it has none)."""
@@ -80,6 +81,8 @@ class Engine:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
+    started_wall: str = ""
+    """When the engine last started (RFC 3339), for the container status."""
     restarts: int = 0
     next_start: float = 0.0
     healthy: bool = False
@@ -123,9 +126,14 @@ def pod_view(pod: Any) -> PodView | None:
         config_map=config_map,
         config_key=config_key,
         container=container.name,
+        image=container.image or "",
         env=env,
         ready=ready,
     )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -246,6 +254,7 @@ class PodRunner:
         finally:
             out.close()
         engine.started_at = time.monotonic()
+        engine.started_wall = _now()
         try:
             podnet.attach(engine.process.pid, view.ip)
         except podnet.PodNetError as error:
@@ -305,18 +314,26 @@ class PodRunner:
             reason, message = "EngineNotReady", "the engine is starting or not answering"
         else:
             reason, message = "EngineNotRunning", engine.last_error or "the engine is not running"
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = _now()
         condition = {"status": status, "reason": reason, "message": message}
         conditions = [
             {"type": kind, "lastTransitionTime": now, **condition}
             for kind in ("Ready", "ContainersReady")
         ]
-        # Strategic merge: conditions by type, container statuses by name (kubectl's READY and
-        # RESTARTS columns read these).
+        # Strategic merge merges conditions by type but replaces containerStatuses whole, so the
+        # container's status is written complete (kubectl's READY and RESTARTS columns read it).
+        if engine.alive():
+            state = {"running": {"startedAt": engine.started_wall or now}}
+        else:
+            state = {"waiting": {"reason": "EngineRestarting", "message": engine.last_error}}
         container = {
             "name": view.container,
+            "image": view.image,
+            "imageID": "",
             "ready": engine.healthy,
+            "started": engine.alive(),
             "restartCount": engine.restarts,
+            "state": state,
         }
         try:
             self.core.patch_namespaced_pod_status(
