@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -102,7 +103,7 @@ def _first_steps(paths: layout.Paths, record: layout.Record) -> None:
         soft_wrap=True,
     )
     out.print(
-        f"OPENAI_BASE_URL={base} OPENAI_API_KEY=none python -c 'import openai; "
+        f"OPENAI_BASE_URL={base} OPENAI_API_KEY=none {sys.executable} -c 'import openai; "
         'print(openai.OpenAI().chat.completions.create(model="qwen-7b", '
         'messages=[{"role": "user", "content": "Hello"}]).choices[0].message.content)\'',
         highlight=False,
