@@ -291,8 +291,7 @@ def test_operator_killed_during_scale_up(system: LocalSystem) -> None:
         90, "two serving prefill pods",
     )  # fmt: skip
     time.sleep(5)  # nothing more appears later: no duplicate pods
-    assert system.serving("pd", "prefill") == serving
-    assert len(system.pods("pd", "prefill")) == 2
+    assert sorted(pod["metadata"]["name"] for pod in system.pods("pd", "prefill")) == serving
     print(tally.row("operator killed during a scale-up"))
     assert tally.lost == 0
     assert sum(tally.failed.values()) == 0

@@ -132,6 +132,11 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
         record = control.running(paths)
         if record is not None:
             _step("the local system is already up")
+            if file is not None:
+                _step(
+                    f"{file} was not applied: `kubectl apply -f {file}` with "
+                    f"KUBECONFIG={paths.kubeconfig} applies it to the running system"
+                )
         else:
             ports = layout.Ports(gateway=gateway_port, prometheus=prometheus_port, api=0)
             started = time.monotonic()

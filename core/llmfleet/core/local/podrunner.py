@@ -52,6 +52,8 @@ CONFIG_HASH = "llmfleet.dev/config-hash"
 REVISION_LABEL = "llmfleet.dev/revision"
 CONFIG_VOLUME = "runtime-config"
 PROBE_TIMEOUT = 1.0
+FAILURE_THRESHOLD = 3
+"""Failed probes in a row before a ready engine's pod turns not ready (the kubelet's default)."""
 RESTART_BACKOFF_MAX = 10.0
 
 
@@ -86,6 +88,8 @@ class Engine:
     restarts: int = 0
     next_start: float = 0.0
     healthy: bool = False
+    failures: int = 0
+    """Failed probes in a row."""
     last_error: str = ""
     argv: list[str] = field(default_factory=list)
 
@@ -192,7 +196,14 @@ class PodRunner:
             )
         )
         for uid, engine in self.engines.items():
-            engine.healthy = health[uid]
+            engine.failures = 0 if health[uid] else engine.failures + 1
+            # As a kubelet's readiness probe: one success makes it ready; a ready engine turns
+            # not ready after FAILURE_THRESHOLD failed probes in a row (a slow answer on a busy
+            # machine is not an outage), or at once when its process is gone.
+            if health[uid]:
+                engine.healthy = True
+            elif not engine.alive() or engine.failures >= FAILURE_THRESHOLD:
+                engine.healthy = False
             if engine.pod.ready != engine.healthy:
                 self._set_ready(engine)
         self._write_targets()

@@ -1,7 +1,7 @@
 """The local system's supervisor: everything `llmfleet up` runs, inside a network namespace of
 its own.
 
-`llmfleet up` (local/cli.py) binds the ports the user talks to on the machine's 127.0.0.1
+`llmfleet up` (control.py) binds the ports the user talks to on the machine's 127.0.0.1
 (gateway, Prometheus, the API server), then starts this module under `unshare --net` with those
 listening sockets inherited. In the fresh namespace it brings up, in order: the local cluster
 (its API server on the same port number), the CRDs, Prometheus, the pod runner, the operator,
