@@ -52,8 +52,9 @@ CONFIG_HASH = "llmfleet.dev/config-hash"
 REVISION_LABEL = "llmfleet.dev/revision"
 CONFIG_VOLUME = "runtime-config"
 PROBE_TIMEOUT = 1.0
-FAILURE_THRESHOLD = 3
-"""Failed probes in a row before a ready engine's pod turns not ready (the kubelet's default)."""
+FAILURE_SECONDS = 6.0
+"""How long a ready engine's probes must fail before its pod turns not ready (a kubelet's
+readiness probe: 3 failures of a probe every 2 s, as the operator's pod template asks)."""
 RESTART_BACKOFF_MAX = 10.0
 
 
@@ -88,8 +89,8 @@ class Engine:
     restarts: int = 0
     next_start: float = 0.0
     healthy: bool = False
-    failures: int = 0
-    """Failed probes in a row."""
+    failing_since: float | None = None
+    """When its probes started failing (monotonic), None while they succeed."""
     last_error: str = ""
     argv: list[str] = field(default_factory=list)
 
@@ -196,13 +197,16 @@ class PodRunner:
             )
         )
         for uid, engine in self.engines.items():
-            engine.failures = 0 if health[uid] else engine.failures + 1
+            if health[uid]:
+                engine.failing_since = None
+            elif engine.failing_since is None:
+                engine.failing_since = now
             # As a kubelet's readiness probe: one success makes it ready; a ready engine turns
-            # not ready after FAILURE_THRESHOLD failed probes in a row (a slow answer on a busy
+            # not ready once its probes have failed for FAILURE_SECONDS (a slow answer on a busy
             # machine is not an outage), or at once when its process is gone.
             if health[uid]:
                 engine.healthy = True
-            elif not engine.alive() or engine.failures >= FAILURE_THRESHOLD:
+            elif not engine.alive() or now - (engine.failing_since or now) >= FAILURE_SECONDS:
                 engine.healthy = False
             if engine.pod.ready != engine.healthy:
                 self._set_ready(engine)
