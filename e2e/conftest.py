@@ -40,6 +40,7 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
     )
     print(started.stderr, file=sys.stderr)
     local = LocalSystem(Path(state), env, ports["gateway"], ports["prometheus"])
+    local.up_output = started.stdout
     if started.returncode != 0:
         local.down()
         pytest.fail(f"llmfleet up failed ({started.returncode}): {started.stderr[-2000:]}")

@@ -41,6 +41,8 @@ class LocalSystem:
         self.base_url = f"{self.gateway}/v1"
         self.prometheus = f"http://127.0.0.1:{prometheus}"
         self.http = httpx.Client(timeout=30, trust_env=False)
+        self.up_output = ""
+        """What `llmfleet up` printed on stdout (the endpoints and the first commands)."""
 
     # -- the user's commands ---------------------------------------------------------------------
 

@@ -1,0 +1,61 @@
+"""What a new user does first: the commands `llmfleet up` prints, then `llmfleet load` on a public
+trace and `llmfleet status`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e.system import LocalSystem
+
+pytestmark = pytest.mark.e2e
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "azure2023_code.csv"
+
+
+def printed(system: LocalSystem, prefix: str) -> str:
+    lines = [line for line in system.up_output.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, f"`llmfleet up` printed no single {prefix!r} line:\n{system.up_output}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("prefix", ["curl ", "OPENAI_BASE_URL="])
+def test_the_printed_first_request_works_as_printed(system: LocalSystem, prefix: str) -> None:
+    """Run exactly what `llmfleet up` printed, in a shell with a bare environment (no virtualenv
+    active): it gets an answer from an engine behind a pod."""
+    command = printed(system, prefix)
+    done = subprocess.run(
+        ["bash", "-c", command],
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = done.stdout.strip()
+    assert answer
+    if prefix == "curl ":
+        assert json.loads(answer)["choices"][0]["message"]["content"]
+
+
+def test_load_on_a_public_trace_shows_in_status(system: LocalSystem) -> None:
+    """`llmfleet load` replays the Azure trace against the gateway; `llmfleet status` then shows
+    the traffic, its latency and the autoscaler's reason for the pool's size."""
+    load = system.llmfleet(
+        "load", "--trace", str(TRACE), "--model", "qwen-7b", "--duration", "20",
+        "--gateway", system.gateway, "--json", "--quiet",
+        timeout=240,
+    )  # fmt: skip
+    assert load.returncode == 0, load.stderr[-2000:]
+    report = json.loads(load.stdout)
+    print(f"LOAD: {json.dumps(report)[:600]}")
+    status = system.llmfleet("status", "--json", timeout=60)
+    assert status.returncode == 0, status.stderr
+    shot = json.loads(status.stdout)
+    chat = next(row for row in shot["services"] if row["service"] == "chat")
+    assert chat["rps"] is not None
+    assert chat["rps"] > 0
+    assert chat["ttft_p95_ms"] is not None
+    pool = next(row for row in shot["pools"] if row["service"] == "chat")
+    assert pool["decision"], shot
