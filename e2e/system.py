@@ -171,12 +171,17 @@ class LocalSystem:
         return items
 
     def serving(self, service: str, pool: str) -> list[str]:
-        """Names of the pool's pods that are serving and Ready."""
+        """Names of the pool's pods that are serving and Ready because their engine is (the pod
+        runner's reason `EngineReady`: kwok marks a new pod Ready before its engine started, and
+        the runner takes that back within a second)."""
         names = []
         for pod in self.pods(service, pool):
             labels = pod["metadata"].get("labels", {})
             conditions = pod.get("status", {}).get("conditions", [])
-            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True" and c.get("reason") == "EngineReady"
+                for c in conditions
+            )
             if ready and labels.get("llmfleet.dev/serving") == "true":
                 names.append(pod["metadata"]["name"])
         return sorted(names)
