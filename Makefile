@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup up down test e2e lint build-cluster
+.PHONY: setup up down test test-tools e2e lint build-cluster
 
 $(BIN)/llmfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,13 +31,19 @@ lint: setup  ## style, types and layer contracts
 # The Go builds and apt downloads need the network, so they run first, outside; pytest then runs
 # in a network namespace of its own with only loopback (`llmfleet isolated`), so no test can send
 # a packet off the machine whatever the code does.
-test: setup lint  ## every test, the cluster ones included (they start their own cluster)
-	@command -v strace >/dev/null || apt-get install -y -q strace || \
-		(apt-get update -q && apt-get install -y -q strace)  # tests watch connect() with it
+# System tools the tests use, from Debian when missing: strace (tests watch connect() with it),
+# curl (e2e runs the curl command `llmfleet up` prints), iproute2 (namespaces and pod links).
+TEST_PACKAGES := strace curl iproute2
+test-tools:
+	@command -v strace >/dev/null && command -v curl >/dev/null && command -v ip >/dev/null || \
+		apt-get install -y -q $(TEST_PACKAGES) || \
+		(apt-get update -q && apt-get install -y -q $(TEST_PACKAGES))
+
+test: setup lint test-tools  ## every test, the cluster ones included (they start their own cluster)
 	$(BIN)/llmfleet cluster build
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)
 
-e2e: setup  ## only the end-to-end suite (the whole system, as `llmfleet up` starts it)
+e2e: setup test-tools  ## only the end-to-end suite (the whole system, as `llmfleet up` starts it)
 	$(BIN)/llmfleet cluster build
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)

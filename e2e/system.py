@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,18 +17,14 @@ import psutil
 from llmfleet.core.cluster import build
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 from llmfleet.core.local import layout
+from tests.net import wait_for as _wait_for
 
 T = TypeVar("T")
 
 
 def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result is not None:
-            return result
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    """The tests' `wait_for`, polling every 0.2 s: each check here runs kubectl or an HTTP call."""
+    return _wait_for(check, timeout, what, every)
 
 
 class LocalSystem:

@@ -32,14 +32,15 @@ def free_port() -> int:
         return port
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll `check` until it returns something other than None, or fail after `timeout`."""
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.05) -> T:
+    """Poll `check` every `every` seconds until it returns something other than None, or fail
+    after `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = check()
         if result is not None:
             return result
-        time.sleep(0.05)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 

@@ -25,10 +25,6 @@ def _step(message: str) -> None:
     err.print(f"[bold cyan]>[/] {message}", highlight=False)
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
-
-
 def _against(value: float | None, target: float | None) -> str:
     if value is None:
         return "-"

@@ -160,7 +160,7 @@ def _follow(process: subprocess.Popen[bytes], log: Path, say: Say, timeout: floa
         time.sleep(0.2)
 
 
-def _leftovers(record: layout.Record | None, paths: layout.Paths) -> list[psutil.Process]:
+def _leftovers(record: layout.Record | None) -> list[psutil.Process]:
     """Processes of the system: its supervisor's session, or in its network namespace."""
     found = []
     for process in psutil.process_iter():
@@ -180,7 +180,7 @@ def _leftovers(record: layout.Record | None, paths: layout.Paths) -> list[psutil
 
 def _cleanup(paths: layout.Paths, say: Say) -> list[str]:
     record = layout.Record.read(paths.record)
-    leftovers = _leftovers(record, paths)
+    leftovers = _leftovers(record)
     names = []
     for process in leftovers:
         with contextlib.suppress(psutil.Error):
@@ -196,7 +196,6 @@ def _cleanup(paths: layout.Paths, say: Say) -> list[str]:
 def down(paths: layout.Paths, say: Say, grace: float = 90) -> bool:
     """Stop the system; False when it was not running. Raises if a port stays taken."""
     record = running(paths)
-    stale = layout.Record.read(paths.record)
     if record is None:
         _cleanup(paths, say)
         return False
@@ -210,8 +209,7 @@ def down(paths: layout.Paths, say: Say, grace: float = 90) -> bool:
                 break
         time.sleep(0.2)
     _cleanup(paths, say)
-    ports = (stale or record).ports
-    busy = [port for port in ports.relayed().values() if _listening(port)]
+    busy = [port for port in record.ports.relayed().values() if _listening(port)]
     if busy:
         raise LocalSystemError(f"still listening after down: 127.0.0.1:{busy}")
     return True

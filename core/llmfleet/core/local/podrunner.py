@@ -34,7 +34,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,7 +83,6 @@ class Engine:
     pod: PodView
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
     started_wall: str = ""
     """When the engine last started (RFC 3339), for the container status."""
     restarts: int = 0
@@ -92,7 +91,6 @@ class Engine:
     failing_since: float | None = None
     """When its probes started failing (monotonic), None while they succeed."""
     last_error: str = ""
-    argv: list[str] = field(default_factory=list)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -256,7 +254,6 @@ class PodRunner:
             engine.next_start = time.monotonic() + RESTART_BACKOFF_MAX
             log.warning("%s/%s: cannot start its engine: %s", view.namespace, view.name, error)
             return
-        engine.argv = argv
         out = engine.log_path.open("ab")
         try:
             engine.process = subprocess.Popen(
@@ -268,7 +265,6 @@ class PodRunner:
             )
         finally:
             out.close()
-        engine.started_at = time.monotonic()
         engine.started_wall = _now()
         try:
             podnet.attach(engine.process.pid, view.ip)
@@ -398,18 +394,22 @@ class PodRunner:
 
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""No proxy from the environment: the probe goes to the pod IP itself, as the kubelet's does."""
+"""No proxy from the environment: a probe goes to the address itself, as the kubelet's does."""
 
 
-def probe_health(ip: str) -> bool:
-    """GET http://IP:8000/health/ready answers 200 within `PROBE_TIMEOUT` (the simulator says
-    503 while it "loads the model")."""
-    url = f"http://{ip}:{engines.ENGINE_PORT}/health/ready"
+def http_ok(url: str, timeout: float = PROBE_TIMEOUT) -> bool:
+    """GET `url` answers 200 within `timeout` (the supervisor's readiness checks use it too)."""
     try:
-        with contextlib.closing(_OPENER.open(url, timeout=PROBE_TIMEOUT)) as answer:
+        with contextlib.closing(_OPENER.open(url, timeout=timeout)) as answer:
             return bool(answer.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def probe_health(ip: str) -> bool:
+    """The engine's /health/ready answers 200 (the simulator says 503 while it "loads the
+    model")."""
+    return http_ok(f"http://{ip}:{engines.ENGINE_PORT}/health/ready")
 
 
 def main() -> None:

@@ -31,8 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -40,6 +39,7 @@ import yaml
 from llmfleet.core import loopback
 from llmfleet.core.cluster import LocalCluster, build
 from llmfleet.core.local import layout, podnet
+from llmfleet.core.local.podrunner import http_ok
 
 log = logging.getLogger("llmfleet.system")
 
@@ -63,7 +63,6 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     next_start: float = 0.0
-    history: list[float] = field(default_factory=list)
 
     def start(self) -> None:
         with self.log_path.open("ab") as out:
@@ -84,15 +83,6 @@ class Child:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
-
-
-def _http_ok(url: str) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=1) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
 
 
 class System:
@@ -129,7 +119,7 @@ class System:
         while time.monotonic() < deadline:
             if not child.alive():
                 raise RuntimeError(f"{child.name} exited: see {child.log_path}")
-            if child.ready_url is None or _http_ok(child.ready_url):
+            if child.ready_url is None or http_ok(child.ready_url):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"{child.name} not ready after {timeout:.0f}s: see {child.log_path}")
@@ -258,7 +248,6 @@ class System:
                     log.warning("%s exited with %s; restarting in %.0fs", child.name, code, backoff)
                 if now >= child.next_start:
                     child.start()
-                    child.history.append(time.time())
                     log.warning("%s restarted (restart %d)", child.name, child.restarts)
             await asyncio.sleep(0.5)
 
