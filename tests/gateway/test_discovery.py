@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from llmfleet.crds.policy import DebounceMode
 from llmfleet.gateway.discovery import (
-    Limits,
     StaticConfigError,
     StaticDiscovery,
     parse_static_config,
@@ -17,12 +17,15 @@ GOOD = """
 models:
   small:
     unified: [http://127.0.0.1:8001/, http://127.0.0.1:8002]
-    limits: {maxTokens: 512, timeoutSeconds: 30}
+    traffic:
+      limits: {maxTokens: 512, timeoutSeconds: 30}
+      debounce: {mode: LatestWins, windowMs: 200}
   big:
     namespace: prod
     service: big-svc
     prefill: [http://127.0.0.1:9001]
     decode: [http://127.0.0.1:9002]
+    slo: {maxKvCacheUsage: 0.5}
 """
 
 
@@ -30,7 +33,12 @@ def test_static_config_maps_models_to_pools() -> None:
     services = parse_static_config(GOOD)
     small, big = services["small"], services["big"]
     assert small.pools["unified"].endpoints == ("http://127.0.0.1:8001", "http://127.0.0.1:8002")
-    assert small.limits == Limits(512, 30)
+    assert (small.limits.max_tokens, small.limits.timeout_seconds) == (512, 30)
+    assert small.traffic.debounce.mode == DebounceMode.LATEST_WINS
+    assert small.traffic.debounce.window_ms == 200
+    assert not small.traffic.coalesce.enabled  # the API's defaults
+    assert big.slo.max_kv_cache_usage == 0.5
+    assert StaticDiscovery(services).by_name("prod", "big-svc") is big
     assert (small.namespace, small.name, small.disaggregated) == ("static", "small", False)
     assert (big.namespace, big.name, big.disaggregated) == ("prod", "big-svc", True)
     assert set(big.pools) == {"prefill", "decode"}
@@ -61,10 +69,10 @@ def test_static_config_maps_models_to_pools() -> None:
             "models: {m: {unifed: [http://a:1]}}", ["models.m.unifed: unknown key"], id="typo"
         ),
         pytest.param(
-            "models: {m: {unified: [], limits: {maxTokens: 0, timeoutSeconds: soon}}}",
+            "models: {m: {unified: [], traffic: {limits: {maxTokens: 0, timeoutSeconds: soon}}}}",
             [
-                "models.m.limits.maxTokens: must be greater than 0, got 0",
-                "models.m.limits.timeoutSeconds: must be a number, got 'soon'",
+                "models.m.traffic.limits.maxTokens: must be at least 1, got 0",
+                "models.m.traffic.limits.timeoutSeconds: must be a number, got 'soon'",
             ],
             id="limits",
         ),

@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmfleet.gateway.discovery import Limits, Pool, Service, StaticDiscovery
+from llmfleet.crds.policy import LimitsSpec, TrafficSpec
+from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
 from tests.gateway.servers import Sim, ThreadServer, free_port, gateway, wait_for
 from tests.gateway.standin import StandIn
 
@@ -16,10 +17,14 @@ MODEL = "m"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _one_pool(*urls: str, limits: Limits | None = None) -> StaticDiscovery:
+def _one_pool(*urls: str, limits: LimitsSpec | None = None) -> StaticDiscovery:
     pool = Pool("unified", tuple(urls))
     return StaticDiscovery(
-        {MODEL: Service(MODEL, "ns", "svc", {"unified": pool}, limits or Limits())}
+        {
+            MODEL: Service(
+                MODEL, "ns", "svc", {"unified": pool}, TrafficSpec(limits=limits or LimitsSpec())
+            )
+        }
     )
 
 
@@ -159,7 +164,7 @@ def test_service_timeout_is_a_504(upstream: str) -> None:
     with (
         ThreadServer(engine.app()) as e,
         gateway(
-            _one_pool(e.url, limits=Limits(timeout_seconds=0.3)), upstream_client=upstream
+            _one_pool(e.url, limits=LimitsSpec(timeout_seconds=0.3)), upstream_client=upstream
         ) as server,
     ):
         response = httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10)
@@ -183,7 +188,7 @@ def test_max_token_cap(
     engine = StandIn("e")
     body = BODY if asked is None else {**BODY, "max_tokens": asked}
     with ThreadServer(engine.app()) as e:
-        discovery = _one_pool(e.url, limits=Limits(max_tokens=service_cap))
+        discovery = _one_pool(e.url, limits=LimitsSpec(max_tokens=service_cap))
         with gateway(discovery, max_tokens=gateway_cap) as server:
             response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=10)
     assert response.status_code == 200

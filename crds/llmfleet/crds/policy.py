@@ -29,6 +29,18 @@ class DebounceSpec(ApiModel):
     """`LatestWins`: a newer request of the same session cancels the older one."""
     window_ms: Annotated[int, Field(ge=0, le=60_000)] = 300
     """Requests of one session closer than this supersede each other."""
+    delay_ms: Annotated[int, Field(ge=0, le=60_000)] = 5
+    """How long a request is held before dispatch (with `LatestWins`), so that a newer one of
+    the same session can supersede it before it reaches an engine."""
+
+    rules = (
+        Rule(
+            cel="self.delayMs <= self.windowMs",
+            message="debounce delayMs cannot exceed windowMs",
+            field_path=".delayMs",
+            check=lambda d: d.delay_ms <= d.window_ms,
+        ),
+    )
 
 
 class CascadeTier(ApiModel):
@@ -40,9 +52,41 @@ class CascadeTier(ApiModel):
     """Longer prompts skip this tier."""
 
 
+class ConfidenceMethod(StrEnum):
+    MEAN_PROBABILITY = "MeanProbability"
+    MIN_WINDOW_PROBABILITY = "MinWindowProbability"
+
+
 class CascadeSpec(ApiModel):
     tiers: Annotated[list[CascadeTier], Field(max_length=8)] = []
     """Tiers tried in order before this service answers."""
+    confidence: ConfidenceMethod = ConfidenceMethod.MEAN_PROBABILITY
+    """How an answer's confidence is computed from its token logprobs: `MeanProbability`, the
+    mean of the tokens' probabilities; `MinWindowProbability`, the lowest mean probability over
+    any `windowTokens` consecutive tokens (one unsure stretch is enough to escalate)."""
+    window_tokens: Annotated[int, Field(ge=1, le=4096)] = 8
+    """Window of `MinWindowProbability`, in tokens."""
+    hard_keywords: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=64)]], Field(max_length=64)
+    ] = ["explain", "analyze", "analyse", "prove"]
+    """Words (case-insensitive, in the last user message or the prompt) that mark a request as
+    probably hard: it skips the cheap tiers, or is hedged when `hedge` is on."""
+    hedge: bool = False
+    """Send probably-hard requests to the first cheap tier and this service at once; answer with
+    the cheap answer when it is confident, else the other, and cancel the loser."""
+
+
+class DegradationSpec(ApiModel):
+    enabled: bool = False
+    """When this service's pool is saturated, send sheddable requests to a cheaper service (or
+    answer them 429 when there is none) instead of queueing them behind critical traffic."""
+    service: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = None
+    """The cheaper InferenceService (same namespace); default: the first cascade tier."""
+    max_queue_depth: Annotated[float, Field(ge=0, le=100_000)] = 4
+    """Saturated when the pool's engines have more waiting requests than this, on average."""
+    max_kv_cache_usage: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Saturated when the pool's mean KV-cache usage is above this (default:
+    `slo.maxKvCacheUsage`)."""
 
 
 class LimitsSpec(ApiModel):
@@ -54,6 +98,9 @@ class LimitsSpec(ApiModel):
     """Per-tenant request rate limit."""
     tokens_per_minute: Annotated[int, Field(ge=1)] | None = None
     """Per-tenant token rate limit."""
+    partial_answers: bool = False
+    """A non-streaming request that reaches `timeoutSeconds` gets what was generated so far
+    (`finish_reason: "length"`, header `x-llmfleet-truncated: timeout`) instead of a 504."""
 
 
 class TrafficSpec(ApiModel):
@@ -63,8 +110,26 @@ class TrafficSpec(ApiModel):
     """Request debouncing per session."""
     cascade: CascadeSpec = Field(default_factory=CascadeSpec)
     """Model cascading: cheaper tiers first."""
+    degradation: DegradationSpec = Field(default_factory=DegradationSpec)
+    """Load-based degradation of sheddable traffic to a cheaper service."""
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     """Timeouts, token caps and rate limits."""
+
+    rules = (
+        Rule(
+            cel="!has(self.degradation) || !self.degradation.enabled || "
+            "has(self.degradation.service) || "
+            "(has(self.cascade) && has(self.cascade.tiers) && size(self.cascade.tiers) > 0)",
+            message="degradation needs a cheaper service: degradation.service or a cascade tier",
+            field_path=".degradation.service",
+            reason="FieldValueRequired",
+            check=lambda t: (
+                not t.degradation.enabled
+                or t.degradation.service is not None
+                or len(t.cascade.tiers) > 0
+            ),
+        ),
+    )
 
 
 class RolloutStrategy(StrEnum):

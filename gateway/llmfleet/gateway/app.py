@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -33,13 +34,30 @@ from llmfleet.gateway.kube_secrets import read_keys_secret
 from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.openai_request import InvalidRequestError, capped
 from llmfleet.gateway.pd import serve_disaggregated
-from llmfleet.gateway.proxy import Call, Failure, Forwarder
+from llmfleet.gateway.policies.base import Handler, PolicyDeps, Stage, chain
+from llmfleet.gateway.policies.cascade import Cascade
+from llmfleet.gateway.policies.coalesce import Coalescer
+from llmfleet.gateway.policies.debounce import Debouncer
+from llmfleet.gateway.policies.priority import Admission
+from llmfleet.gateway.policies.timeout import Deadline
+from llmfleet.gateway.proxy import Call, Failure, Forwarder, Priority
 from llmfleet.gateway.routing.base import RoutingRequest
 from llmfleet.gateway.scraper import scrape_forever
 from llmfleet.gateway.settings import GatewaySettings
 from llmfleet.gateway.tenants import Tenants
 
 log = logging.getLogger("llmfleet.gateway")
+
+STAGES: tuple[Callable[[PolicyDeps], Stage], ...] = (
+    Deadline,
+    Debouncer,
+    Coalescer,
+    Admission,
+    Cascade,
+)
+"""The traffic policies every request passes, outermost first (see `policies/__init__`)."""
+
+PRIORITIES: tuple[Priority, ...] = ("critical", "standard", "sheddable")
 
 
 def _discovery_from(settings: GatewaySettings) -> Discovery:
@@ -130,7 +148,7 @@ def create_app(
     async def http_error(_: Request, error: StarletteHTTPException) -> Response:
         return error_response(error.status_code, str(error.detail))
 
-    gateway = _Gateway(settings, source, forwarder, metrics, tenants)
+    gateway = _Gateway(settings, source, forwarder, metrics, tenants, table, clock)
     handle = gateway.handle
 
     @app.post(
@@ -177,32 +195,36 @@ def _body_schema(model: type[openai_request._Common]) -> dict[str, Any]:
 class _Gateway:
     """Per-request work, kept out of `create_app` so the factory stays a wiring diagram."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the wiring's parts, named once in create_app
         self,
         settings: GatewaySettings,
         source: Discovery,
         forwarder: Forwarder,
         metrics: GatewayMetrics,
         tenants: Tenants | None,
+        table: EndpointTable,
+        clock: Clock,
     ) -> None:
         self.settings = settings
         self.source = source
         self.forwarder = forwarder
         self.metrics = metrics
         self.tenants = tenants
+        deps = PolicyDeps(settings, metrics, source, table, forwarder, self._forward, clock)
+        self.serve: Handler = chain([stage(deps) for stage in STAGES], self._forward)
 
     async def handle(self, request: Request, path: str, chat: bool) -> Response:
         arrived = time.perf_counter()
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         try:
-            call, raw = await self._prepare(request, request_id, path, chat, arrived)
+            call = await self._prepare(request, request_id, path, chat, arrived)
         except _Refused as refused:
             refused.response.headers["x-request-id"] = request_id
             return refused.response
         service = call.service
         call.overhead = time.perf_counter() - arrived
         try:
-            response = await _unless_client_leaves(request, self._serve(call, raw))
+            response = await _unless_client_leaves(request, self.serve(call))
         except Failure as failure:
             self.metrics.pool(call.labels(_pool(service))).outcome(failure.outcome).inc()
             failure.response.headers["x-request-id"] = request_id
@@ -215,7 +237,7 @@ class _Gateway:
 
     async def _prepare(
         self, request: Request, request_id: str, path: str, chat: bool, arrived: float
-    ) -> tuple[Call, bytes]:
+    ) -> Call:
         """Authenticate, parse, find the service, apply limits; _Refused says why not."""
         tenant = None
         if self.tenants is not None:
@@ -263,16 +285,57 @@ class _Gateway:
             parsed.prefix_key(self.settings.prefix_block_chars, self.settings.prefix_blocks),
             parsed.tokens(),
         )
-        return Call(request_id, service, parsed, routing, path, arrived), raw
+        headers = request.headers
+        return Call(
+            request_id,
+            service,
+            parsed,
+            routing,
+            path,
+            arrived,
+            raw=raw,
+            tenant=tenant.name if tenant is not None else None,
+            session=_session(headers, parsed.body),
+            priority=_priority(tenant.priority if tenant is not None else None, headers),
+            headers=headers,
+        )
 
-    async def _serve(self, call: Call, raw: bytes) -> Response:
+    async def _forward(self, call: Call) -> Response:
+        """The end of the chain: the service's engines."""
         if call.service.disaggregated:
             response: Response = await serve_disaggregated(
-                self.forwarder, call, call.parsed.body, raw
+                self.forwarder, call, call.parsed.body, call.raw
             )
             return response
-        opened = await self.forwarder.open(call, call.service.pools["unified"], raw)
+        opened = await self.forwarder.open(call, call.service.pools["unified"], call.raw)
         return await self.forwarder.relay(call, opened, {})
+
+
+def _session(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+    """Who the caller is within its tenant: `x-session-id`, else the body's `user`, else a
+    digest of the API key (never the key itself: it may end up in logs); None if nothing."""
+    session = headers.get("x-session-id")
+    if session:
+        return f"s:{session}"
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return f"u:{user}"
+    authorization = headers.get("authorization")
+    if authorization:
+        return "k:" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
+    return None
+
+
+def _priority(ceiling: Priority | None, headers: Mapping[str, str]) -> Priority:
+    """The tenant's class (`standard` without one), or a lower one the request asks for with
+    `x-llmfleet-priority`; a request can never raise itself above its tenant."""
+    own: Priority = ceiling or "standard"
+    asked = headers.get("x-llmfleet-priority", "").strip().lower()
+    if asked in PRIORITIES and PRIORITIES.index(asked) > PRIORITIES.index(own):
+        return asked
+    if asked in PRIORITIES and ceiling is None:  # no tenants: the header is all there is
+        return asked
+    return own
 
 
 class _Refused(Exception):
@@ -287,9 +350,7 @@ def _pool(service: Service) -> Role:
     return "decode" if service.disaggregated else "unified"
 
 
-async def _unless_client_leaves(
-    request: Request, work: Coroutine[Any, Any, Response]
-) -> Response | None:
+async def _unless_client_leaves(request: Request, work: Awaitable[Response]) -> Response | None:
     """`work`'s response, or None when the client disconnects first (then `work` is cancelled,
     which closes the upstream connection: the engine sees its client go and can abort).
 

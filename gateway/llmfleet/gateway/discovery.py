@@ -29,16 +29,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
 
 from llmfleet.core.problems import problems, yaml_problem
+from llmfleet.crds.policy import LimitsSpec, TrafficSpec
+from llmfleet.crds.spec import SloSpec
 
 Role = Literal["unified", "prefill", "decode"]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A service's `traffic.limits` as far as the gateway enforces them per request."""
-
-    max_tokens: int | None = None
-    timeout_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,17 +45,34 @@ class Pool:
 
 @dataclass(frozen=True)
 class Service:
-    """One served model: its pools (unified, or prefill + decode) and its limits."""
+    """One served model: its pools (unified, or prefill + decode), its traffic policies
+    (`spec.traffic` of the InferenceService, the same model) and its SLO."""
 
     model: str
     namespace: str
     name: str
     pools: Mapping[Role, Pool]
-    limits: Limits = field(default_factory=Limits)
+    traffic: TrafficSpec = field(default_factory=TrafficSpec)
+    slo: SloSpec = field(default_factory=SloSpec)
 
     @property
     def disaggregated(self) -> bool:
         return "prefill" in self.pools or "decode" in self.pools
+
+    @property
+    def limits(self) -> LimitsSpec:
+        return self.traffic.limits
+
+    @property
+    def serving_pool(self) -> Role:
+        """The pool whose engines produce the answer (and whose load says "saturated")."""
+        return "decode" if self.disaggregated else "unified"
+
+
+def index_by_name(services: Mapping[str, Service]) -> dict[tuple[str, str], Service]:
+    """(namespace, InferenceService name) -> Service: how cascade tiers and degradation name
+    the services they send to."""
+    return {(s.namespace, s.name): s for s in services.values()}
 
 
 class Discovery(Protocol):
@@ -73,6 +84,10 @@ class Discovery(Protocol):
 
     def services(self) -> Mapping[str, Service]: ...
 
+    def by_name(self, namespace: str, name: str) -> Service | None:
+        """The service an InferenceService `namespace/name` describes (a cheap read too)."""
+        ...
+
     def ready(self) -> bool:
         """True once the first complete snapshot is in (readiness of the gateway)."""
         ...
@@ -83,12 +98,6 @@ class StaticConfigError(ValueError):
     naming the file and the key path."""
 
 
-class _LimitsModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    max_tokens: int | None = Field(default=None, alias="maxTokens", gt=0)
-    timeout_seconds: float | None = Field(default=None, alias="timeoutSeconds", gt=0)
-
-
 class _ServiceModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     namespace: str = "static"
@@ -96,7 +105,8 @@ class _ServiceModel(BaseModel):
     unified: list[HttpUrl] | None = None
     prefill: list[HttpUrl] | None = None
     decode: list[HttpUrl] | None = None
-    limits: _LimitsModel = Field(default_factory=_LimitsModel)
+    traffic: TrafficSpec = Field(default_factory=TrafficSpec)
+    slo: SloSpec = Field(default_factory=SloSpec)
 
     @model_validator(mode="after")
     def _one_topology(self) -> _ServiceModel:
@@ -134,7 +144,8 @@ def parse_static_config(text: str, source: str = "static config") -> dict[str, S
             namespace=spec.namespace,
             name=spec.service or model,
             pools=pools,
-            limits=Limits(spec.limits.max_tokens, spec.limits.timeout_seconds),
+            traffic=spec.traffic,
+            slo=spec.slo,
         )
     return services
 
@@ -144,6 +155,7 @@ class StaticDiscovery:
 
     def __init__(self, services: Mapping[str, Service]) -> None:
         self._services = dict(services)
+        self._by_name = index_by_name(self._services)
 
     @classmethod
     def from_file(cls, path: Path) -> StaticDiscovery:
@@ -161,6 +173,9 @@ class StaticDiscovery:
 
     def services(self) -> Mapping[str, Service]:
         return self._services
+
+    def by_name(self, namespace: str, name: str) -> Service | None:
+        return self._by_name.get((namespace, name))
 
     def ready(self) -> bool:
         return True

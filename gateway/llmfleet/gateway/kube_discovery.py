@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.gateway.discovery import Limits, Pool, Role, Service
+from llmfleet.gateway.discovery import Pool, Role, Service, index_by_name
 
 log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -77,10 +77,9 @@ def snapshot(
             log.warning("model %r is served by %s/%s and another service; keeping the first",
                         model, namespace, name)  # fmt: skip
             continue
-        limits = spec.traffic.limits
         found[model] = Service(
             model=model, namespace=namespace, name=name, pools=pools,
-            limits=Limits(limits.max_tokens, limits.timeout_seconds),
+            traffic=spec.traffic, slo=spec.slo,
         )  # fmt: skip
     return found
 
@@ -116,12 +115,14 @@ class KubeDiscovery:
         self._lister = lister
         self._interval = interval
         self._services: Mapping[str, Service] = {}
+        self._by_name: Mapping[tuple[str, str], Service] = {}
         self._ready = False
         self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> None:
         services, slices = await asyncio.to_thread(self._lister)
-        self._services = snapshot(services, slices)
+        found = snapshot(services, slices)
+        self._services, self._by_name = found, index_by_name(found)
         self._ready = True
 
     async def _loop(self) -> None:
@@ -143,6 +144,9 @@ class KubeDiscovery:
 
     def services(self) -> Mapping[str, Service]:
         return self._services
+
+    def by_name(self, namespace: str, name: str) -> Service | None:
+        return self._by_name.get((namespace, name))
 
     def ready(self) -> bool:
         return self._ready

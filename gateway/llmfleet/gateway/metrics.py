@@ -89,6 +89,7 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.policies = PolicyMetrics(r)
         self._pools: dict[Labels, PoolMetrics] = {}
 
     def pool(self, labels: Labels) -> PoolMetrics:
@@ -132,3 +133,84 @@ class PoolMetrics:
         if child is None:
             child = self._outcomes[outcome] = self._requests.labels(*self.labels, outcome)
         return child
+
+
+POLICY_LABELS = ("namespace", "service", "model")
+"""Labels of every traffic-policy series (of the service the client named), plus its own."""
+_CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99)
+
+
+class PolicyMetrics:
+    """Counters of the traffic policies (`policies/`), one family per decision."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.coalesced = Counter(
+            "llmfleet_gateway_coalesced",
+            "Requests answered by another identical request's upstream call (how: in_flight, "
+            "or window for a finished answer reused within coalesce.windowMs).",
+            (*POLICY_LABELS, "how"),
+            registry=r,
+        )
+        self.coalesce_dropped = Counter(
+            "llmfleet_gateway_coalesce_dropped_readers",
+            "Coalesced stream readers dropped for falling too far behind the shared stream.",
+            POLICY_LABELS,
+            registry=r,
+        )
+        self.superseded = Counter(
+            "llmfleet_gateway_superseded",
+            "Requests superseded by a newer one of the same session (when: held, before "
+            "dispatch; dispatched, upstream cancelled).",
+            (*POLICY_LABELS, "when"),
+            registry=r,
+        )
+        self.cascade_served = Counter(
+            "llmfleet_gateway_cascade_served",
+            "Cascaded requests by the tier (service) that answered and whether it escalated.",
+            (*POLICY_LABELS, "tier", "escalated"),
+            registry=r,
+        )
+        self.cascade_escalations = Counter(
+            "llmfleet_gateway_cascade_escalations",
+            "Answers of a tier discarded for the next one (reason: low_confidence, tier_failed).",
+            (*POLICY_LABELS, "tier", "reason"),
+            registry=r,
+        )
+        self.cascade_skipped = Counter(
+            "llmfleet_gateway_cascade_skipped",
+            "Tiers skipped by a heuristic (reason: long_prompt, keyword, header, unavailable).",
+            (*POLICY_LABELS, "tier", "reason"),
+            registry=r,
+        )
+        self.cascade_hedged = Counter(
+            "llmfleet_gateway_cascade_hedged",
+            "Requests sent to a cheap tier and this service at once (winner: cheap, large).",
+            (*POLICY_LABELS, "winner"),
+            registry=r,
+        )
+        self.cascade_confidence = Histogram(
+            "llmfleet_gateway_cascade_confidence",
+            "Confidence of cheap-tier answers (traffic.cascade.confidence of their logprobs).",
+            (*POLICY_LABELS, "tier"),
+            buckets=_CONFIDENCE_BUCKETS,
+            registry=r,
+        )
+        self.degraded = Counter(
+            "llmfleet_gateway_degraded",
+            "Sheddable requests sent to a cheaper service because this one was saturated.",
+            (*POLICY_LABELS, "to"),
+            registry=r,
+        )
+        self.shed = Counter(
+            "llmfleet_gateway_shed",
+            "Requests refused (429) by priority admission, by priority class.",
+            (*POLICY_LABELS, "priority"),
+            registry=r,
+        )
+        self.truncated = Counter(
+            "llmfleet_gateway_truncated",
+            "Answers cut at traffic.limits.timeoutSeconds (kind: stream, partial, or "
+            "timeout for a 504).",
+            (*POLICY_LABELS, "kind"),
+            registry=r,
+        )

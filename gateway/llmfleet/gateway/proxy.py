@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import httpx
 from starlette.responses import Response, StreamingResponse
@@ -33,13 +33,16 @@ from llmfleet.gateway.settings import GatewaySettings
 
 log = logging.getLogger("llmfleet.gateway")
 
+Priority = Literal["critical", "standard", "sheddable"]
+"""Priority classes, highest first: at capacity critical is admitted first, sheddable shed first."""
+
 ATTEMPTS = 2
 """The first try and one retry on another endpoint."""
 
 
 @dataclass
 class Call:
-    """One client request as it moves through the gateway."""
+    """One client request as it moves through the gateway (and its traffic policies)."""
 
     request_id: str
     service: Service
@@ -47,11 +50,34 @@ class Call:
     routing: RoutingRequest
     path: str
     arrived: float
+    raw: bytes = b""
+    """The body as it will be sent upstream (the client's bytes unless a field was changed)."""
+    tenant: str | None = None
+    """The caller's tenant (from its API key); None without authentication."""
+    session: str | None = None
+    """Who the caller is within the tenant: the `x-session-id` header, else the body's `user`,
+    else a digest of the API key; None when nothing identifies it."""
+    priority: Priority = "standard"
+    """The caller's priority class (its tenant's, or lower by the `x-llmfleet-priority` header)."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The client's request headers (lower-case names), for policies that read hints."""
     overhead: float = 0.0
     """Seconds spent in the gateway so far (excluding waits on engines)."""
 
     def labels(self, pool: Role) -> tuple[str, str, str, str]:
         return (self.service.namespace, self.service.name, pool, self.service.model)
+
+    def policy_labels(self) -> tuple[str, str, str]:
+        """Labels of the per-policy metrics: namespace, service, model."""
+        return (self.service.namespace, self.service.name, self.service.model)
+
+    def retarget(self, service: Service, body: dict[str, Any]) -> Call:
+        """A copy of this call for another service (a cascade tier, a degradation target) with
+        `body` (already naming that service's model) as its upstream body."""
+        parsed = replace(self.parsed, body=body, model=service.model)
+        routing = replace(self.routing, model=service.model)
+        return replace(self, service=service, parsed=parsed, routing=routing,
+                       raw=json.dumps(body).encode())  # fmt: skip
 
 
 @dataclass

@@ -7,6 +7,7 @@ Keys file (`LLMFLEET_GATEWAY_API_KEYS_FILE`; a Kubernetes Secret will carry the 
         keys: [sk-a-1, sk-a-2]
         requestsPerMinute: 600        # optional
         tokensPerMinute: 200000       # optional; prompt + max output tokens, estimated
+        priority: critical            # optional: critical, standard (default) or sheddable
       batch:
         keys: [sk-b]
 
@@ -22,11 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmfleet.core.problems import problems, yaml_problem
+
+if TYPE_CHECKING:
+    from llmfleet.gateway.proxy import Priority
 
 
 @dataclass
@@ -54,6 +59,8 @@ class Tenant:
     name: str
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
+    priority: Priority | None = None
+    """The tenant's priority class (its requests may ask for a lower one); None: standard."""
     _buckets: dict[str, Bucket] = field(default_factory=dict)
 
     def admit(self, tokens: int, now: float) -> float:
@@ -87,6 +94,7 @@ class _TenantModel(BaseModel):
     keys: list[str] = Field(min_length=1)
     requests_per_minute: int | None = Field(default=None, alias="requestsPerMinute", gt=0)
     tokens_per_minute: int | None = Field(default=None, alias="tokensPerMinute", gt=0)
+    priority: Literal["critical", "standard", "sheddable"] | None = None
 
 
 class _KeysFile(BaseModel):
@@ -112,7 +120,7 @@ class Tenants:
             raise TenantsError("\n".join(lines)) from error
         by_key: dict[str, Tenant] = {}
         for name, spec in parsed.tenants.items():
-            tenant = Tenant(name, spec.requests_per_minute, spec.tokens_per_minute)
+            tenant = Tenant(name, spec.requests_per_minute, spec.tokens_per_minute, spec.priority)
             for key in spec.keys:
                 if key in by_key:
                     raise TenantsError(f"invalid API keys file: a key is listed twice ({name})")

@@ -1,0 +1,16 @@
+"""Placeholder: the debounce policy passes every call through (being built, issue 13)."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from llmfleet.gateway.policies.base import Handler, PolicyDeps
+from llmfleet.gateway.proxy import Call
+
+
+class Debouncer:
+    def __init__(self, deps: PolicyDeps) -> None:
+        self.deps = deps
+
+    async def __call__(self, call: Call, next: Handler) -> Response:
+        return await next(call)
