@@ -12,7 +12,12 @@ front of it. Each phase runs the same requests against both in the same run:
 Added latency = gateway minus direct of the same statistic. The gateway's own
 `llmfleet_gateway_overhead_seconds` histogram is printed too (its mean).
 
-    python bench/gateway_overhead.py [--requests 2000] [--rate 600] [--seconds 5]
+`--baseline REV` also starts the gateway of git revision REV (checked out in a temporary
+worktree, imported ahead of this checkout) in front of the same engine, on the same core, and
+runs every phase against it too: a before/after of a change in one run. The two gateways
+alternate per phase; figures of one run only compare within the run.
+
+    python bench/gateway_overhead.py [--requests 2000] [--rate 600] [--seconds 5] [--baseline REV]
 
 Peers (LiteLLM proxy, vllm-router) are not in this run yet: see the issue note.
 """
@@ -136,8 +141,11 @@ async def closed_loop(url: str, concurrency: int, seconds: float) -> float:
         return done / (time.perf_counter() - start)
 
 
-def row(name: str, direct: float, gateway: float, unit: Callable[[float], str]) -> None:
-    print(f"  {name:<28} {unit(direct):>10} {unit(gateway):>10} {unit(gateway - direct):>10}")
+def row(name: str, values: list[float], unit: Callable[[float], str]) -> None:
+    """One statistic for direct, then each gateway, then what each gateway adds."""
+    direct, gateways = values[0], values[1:]
+    cells = [unit(v) for v in values] + [unit(v - direct) for v in gateways]
+    print(f"  {name:<28}" + "".join(f" {cell:>11}" for cell in cells))
 
 
 def ms(value: float) -> str:
@@ -161,12 +169,15 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=600)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--profile", default="prefix-load")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also measure the gateway of this git revision"
+    )
     args = parser.parse_args()
 
     tool = TOOLS_BY_NAME["llm-d-inference-sim"]
     build.ensure_tools([tool])
     sim_port, gw_port = free_port(), free_port()
-    direct, gateway = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
+    direct = f"http://127.0.0.1:{sim_port}"
     sim_cmd = [str(build.binary(tool, "llm-d-inference-sim")), "--port", str(sim_port)]
     sim_cmd += [
         "--model",
@@ -180,76 +191,107 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "fleet.yaml"
         config.write_text(f"models:\n  {MODEL}:\n    unified: [{direct}]\n")
-        gw_cmd = [str(Path(sys.executable).parent / "llmfleet"), "gateway", "--static-config"]
-        gw_cmd += [
-            str(config),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(gw_port),
-            "--profile",
-            args.profile,
-        ]
+        gateways = {"gateway": (gw_port, _gateway_command(config, gw_port, args.profile), None)}
+        if args.baseline:
+            base_port = free_port()
+            source = _worktree(args.baseline, Path(tmp) / "baseline")
+            command = _gateway_command(config, base_port, args.profile, source)
+            gateways = {"baseline": (base_port, command, source), **gateways}
         processes = [
             subprocess.Popen(
                 pinned(1, sim_cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            ),
-            subprocess.Popen(
-                pinned(0, gw_cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            ),
+            )
         ]
+        for _, command, _source in gateways.values():
+            processes.append(
+                subprocess.Popen(
+                    pinned(0, command), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+            )
         try:
             wait_ready(direct + "/health/ready")
-            wait_ready(gateway + "/readyz")
-            run(direct, gateway, args)
+            urls = {"direct": direct}
+            for name, (port, _, _source) in gateways.items():
+                urls[name] = f"http://127.0.0.1:{port}"
+                wait_ready(urls[name] + "/readyz")
+            run(urls, args)
         finally:
             for process in processes:
                 process.terminate()
                 process.wait(timeout=10)
+            if args.baseline:
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(Path(tmp) / "baseline")],
+                    check=False,
+                    capture_output=True,
+                )
 
 
-def run(direct: str, gateway: str, args: argparse.Namespace) -> None:
-    print(f"{'':<30} {'direct':>10} {'gateway':>10} {'added':>10}")
+def _worktree(revision: str, path: Path) -> Path:
+    """A checkout of `revision` at `path` (a detached git worktree of this repository)."""
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "--quiet", str(path), revision],
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    return path
+
+
+def _gateway_command(
+    config: Path, port: int, profile: str, source: Path | None = None
+) -> list[str]:
+    """`llmfleet gateway` of this checkout, or of the checkout at `source` (its packages put
+    ahead of the editable install on sys.path)."""
+    args = ["--static-config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    args += ["--profile", profile]
+    if source is None:
+        return [str(Path(sys.executable).parent / "llmfleet"), "gateway", *args]
+    roots = [str(source / part) for part in ("core", "crds", "gateway")]
+    code = (
+        f"import sys; sys.path[:0] = {roots!r}; sys.argv = ['llmfleet-gateway', *{args!r}]; "
+        "from llmfleet.gateway.cli import main; main()"
+    )
+    return [sys.executable, "-c", code]
+
+
+def run(urls: dict[str, str], args: argparse.Namespace) -> None:
+    names = list(urls)
+    gateways = names[1:]
+    header = names + [f"+{name}" for name in gateways]
+    print(f"{'':<30}" + "".join(f" {name:>11}" for name in header))
+    targets = list(urls.values())
     with httpx.Client(timeout=30) as client:
-        for url in (direct, gateway):  # warm-up: connections, caches, JIT-free but still
+        for url in targets:  # warm-up: connections, caches
             sequential(client, url, 200, stream=False)
         half = args.requests // 2
-        results: dict[str, list[float]] = {direct: [], gateway: []}
-        for _ in range(2):  # interleave halves so drift on a shared machine hits both
-            for url in (direct, gateway):
+        results: dict[str, list[float]] = {url: [] for url in targets}
+        for _ in range(2):  # interleave halves so drift on a shared machine hits all
+            for url in targets:
                 results[url] += sequential(client, url, half, stream=False)[1]
         print(f"sequential non-streaming ({args.requests} each)")
         for name, q in (("p50", 0.5), ("p99", 0.99)):
-            row(name, quantile(results[direct], q), quantile(results[gateway], q), ms)
+            row(name, [quantile(results[url], q) for url in targets], ms)
         first: dict[str, list[float]] = {}
         total: dict[str, list[float]] = {}
-        for url in (direct, gateway):
+        for url in targets:
             first[url], total[url] = sequential(client, url, half, stream=True)
         print(f"sequential streaming, 16 tokens ({half} each)")
-        row(
-            "first byte p50",
-            statistics.median(first[direct]),
-            statistics.median(first[gateway]),
-            ms,
-        )
-        row(
-            "whole stream p50",
-            statistics.median(total[direct]),
-            statistics.median(total[gateway]),
-            ms,
-        )
-        row("whole stream p99", quantile(total[direct], 0.99), quantile(total[gateway], 0.99), ms)
-    paced = {url: asyncio.run(open_loop(url, args.rate, args.seconds)) for url in (direct, gateway)}
+        row("first byte p50", [statistics.median(first[url]) for url in targets], ms)
+        row("whole stream p50", [statistics.median(total[url]) for url in targets], ms)
+        row("whole stream p99", [quantile(total[url], 0.99) for url in targets], ms)
+    paced = {url: asyncio.run(open_loop(url, args.rate, args.seconds)) for url in targets}
     print(f"open loop at {args.rate:.0f} req/s for {args.seconds:.0f} s")
     for name, q in (("p50", 0.5), ("p99", 0.99)):
-        row(name, quantile(paced[direct][0], q), quantile(paced[gateway][0], q), ms)
-    print(f"  errors: direct {paced[direct][1]}, gateway {paced[gateway][1]}")
-    achieved = f"{paced[direct][2]:.0f} / {paced[gateway][2]:.0f} req/s"
-    print(f"  rate the client achieved (direct / gateway): {achieved}; below target = client-bound")
-    rps = {url: asyncio.run(closed_loop(url, 64, args.seconds)) for url in (direct, gateway)}
+        row(name, [quantile(paced[url][0], q) for url in targets], ms)
+    print("  errors: " + ", ".join(f"{n} {paced[u][1]}" for n, u in urls.items()))
+    achieved = " / ".join(f"{paced[url][2]:.0f}" for url in targets)
+    print(f"  rate the client achieved ({' / '.join(names)}): {achieved} req/s; below target = "
+          "client-bound")  # fmt: skip
+    rps = {url: asyncio.run(closed_loop(url, 64, args.seconds)) for url in targets}
     print("closed loop, 64 concurrent")
-    row("requests/s", rps[direct], rps[gateway], lambda v: f"{v:.0f}")
-    print(f"gateway's own overhead histogram: mean {overhead_mean(gateway)}")
+    row("requests/s", [rps[url] for url in targets], lambda v: f"{v:.0f}")
+    for name in gateways:
+        print(f"{name}'s own overhead histogram: mean {overhead_mean(urls[name])}")
 
 
 if __name__ == "__main__":
