@@ -14,6 +14,7 @@ _TYPES = {
     400: "invalid_request_error",
     401: "invalid_request_error",
     404: "not_found_error",
+    409: "conflict_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
     500: "internal_error",
