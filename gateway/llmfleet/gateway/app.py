@@ -296,7 +296,8 @@ class _Gateway:
             raw=raw,
             tenant=tenant.name if tenant is not None else None,
             session=_session(headers, parsed.body),
-            priority=_priority(tenant.priority if tenant is not None else None, headers),
+            # A tenant without a class is standard, and so its ceiling (not "no tenants").
+            priority=_priority((tenant.priority or "standard") if tenant else None, headers),
             headers=headers,
         )
 
@@ -327,8 +328,9 @@ def _session(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
 
 
 def _priority(ceiling: Priority | None, headers: Mapping[str, str]) -> Priority:
-    """The tenant's class (`standard` without one), or a lower one the request asks for with
-    `x-llmfleet-priority`; a request can never raise itself above its tenant."""
+    """The tenant's class `ceiling`, or a lower one the request asks for with
+    `x-llmfleet-priority`: a request can never raise itself above its tenant. Without tenants
+    (`ceiling` None) the header is taken as is; without a valid header the class is standard."""
     own: Priority = ceiling or "standard"
     asked = headers.get("x-llmfleet-priority", "").strip().lower()
     if asked in PRIORITIES and PRIORITIES.index(asked) > PRIORITIES.index(own):

@@ -129,6 +129,10 @@ class Forwarder:
             self._schedulers[key] = scheduler
         return scheduler
 
+    def in_flight(self, model: str, pool: Role) -> int:
+        """Requests this gateway has in flight to a pool (what `admit` holds to its cap)."""
+        return self._pool_in_flight.get((model, pool), 0)
+
     def admit(self, call: Call, pool: Role) -> None:
         """Refuse with 429 when the pool has `max_in_flight_per_pool` requests in flight."""
         key = (call.service.model, pool)

@@ -84,6 +84,12 @@ class GatewaySettings(LoopbackSettings):
     """Cap on `max_tokens` for every request (a service's `maxTokens` overrides); None: no cap."""
     max_in_flight_per_pool: int = 4096
     """Requests a pool may have in flight through this gateway; beyond it the answer is 429."""
+    sheddable_share: float = Field(default=0.7, gt=0, le=1)
+    """Share of `max_in_flight_per_pool` up to which a pool admits sheddable requests; beyond it
+    they go to the service's cheaper tier (`traffic.degradation`) or get 429."""
+    standard_share: float = Field(default=0.9, gt=0, le=1)
+    """Share up to which a pool admits standard requests (429 beyond it); the rest of the pool's
+    capacity is kept for critical requests. A share admits at least one request."""
     retry_after_seconds: int = 1
     """`Retry-After` sent with 429 and 503 answers."""
     eject_after_failures: int = 3
