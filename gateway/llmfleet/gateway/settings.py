@@ -109,5 +109,12 @@ class GatewaySettings(LoopbackSettings):
     upstream_client: Literal["aiohttp", "httpx"] = "aiohttp"
     """Wire to the engines: aiohttp behind httpx's API (about 4x less CPU per request here), or
     httpx's own transport."""
+    coalesce_max_lag_chunks: int = Field(default=1024, ge=1)
+    """A reader of a coalesced stream that falls this many chunks behind the shared upstream
+    (chunks that arrived since it joined and it has not taken) is dropped with an SSE error
+    event; the other readers and the upstream never wait for it."""
+    coalesce_window_entries: int = Field(default=1024, ge=0)
+    """Finished answers kept to answer identical requests within `traffic.coalesce.windowMs`,
+    over all services; beyond it the oldest go first."""
     log_level: str = "INFO"
     """Python logging level of the gateway."""
