@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from llmfleet.crds.policy import LimitsSpec, TrafficSpec
+from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
+from llmfleet.gateway.settings import GatewaySettings
 from tests.gateway.servers import Sim, ThreadServer, free_port, gateway, wait_for
 from tests.gateway.standin import StandIn
 
@@ -193,3 +199,44 @@ def test_max_token_cap(
             response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=10)
     assert response.status_code == 200
     assert engine.received[0].get("max_tokens") == sent
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0], ids=["plain", "deadline-wrapped"])
+def test_a_stream_never_sent_is_still_closed_and_accounted(timeout: float | None) -> None:
+    """The client is gone before the response starts (the server's first `send` fails), so
+    nothing ever iterates the body, however the policies wrapped it: the engine's stream is
+    closed all the same (the engine sees its client leave) and the in-flight counts drop."""
+    engine = StandIn("e", chunks=200, chunk_interval=0.05)
+    with ThreadServer(engine.app()) as e:
+        app = create_app(
+            GatewaySettings(),
+            discovery=_one_pool(e.url, limits=LimitsSpec(timeout_seconds=timeout)),
+        )
+        body = json.dumps({**BODY, "stream": True}).encode()
+
+        async def run() -> None:
+            messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive() -> dict[str, Any]:
+                if messages:
+                    return messages.pop()
+                await asyncio.sleep(3600)  # never a disconnect: the send below fails first
+                return {}
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    raise OSError("connection reset by peer")
+
+            scope = {
+                "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                "method": "POST", "path": "/v1/chat/completions", "raw_path": b"",
+                "query_string": b"", "headers": [(b"content-type", b"application/json")],
+                "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
+                "root_path": "",
+            }  # fmt: skip
+            with contextlib.suppress(OSError):
+                await app(scope, receive, send)
+            assert app.state.table.get(e.url).in_flight == 0
+
+        asyncio.run(run())
+        assert engine.client_left.wait(5), "the engine never saw its client leave"

@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.gateway import openai_request
@@ -226,13 +227,18 @@ class _Gateway:
         try:
             response = await _unless_client_leaves(request, self.serve(call))
         except Failure as failure:
+            await _close_all(call)
             self.metrics.pool(call.labels(_pool(service))).outcome(failure.outcome).inc()
             failure.response.headers["x-request-id"] = request_id
             return failure.response
         if response is None:
+            await _close_all(call)
             log.info("request_id=%s client left before the answer; cancelled", request_id)
             self.metrics.pool(call.labels(_pool(service))).outcome("cancelled").inc()
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+        if isinstance(response, StreamingResponse):
+            return _ClosingResponse(response, call)
+        await _close_all(call)
         return response
 
     async def _prepare(
@@ -338,6 +344,34 @@ def _priority(ceiling: Priority | None, headers: Mapping[str, str]) -> Priority:
     if asked in PRIORITIES and ceiling is None:  # no tenants: the header is all there is
         return asked
     return own
+
+
+async def _close_all(call: Call) -> None:
+    """Close every engine stream opened for `call` that is still open (see `Call.closers`)."""
+    for close in call.closers:
+        try:
+            await close()
+        except Exception as error:  # closing a broken connection: nothing left to save
+            log.debug("request_id=%s closing an engine stream: %s", call.request_id, error)
+
+
+class _ClosingResponse(Response):
+    """A streamed answer that closes the call's engine streams once it is over, however it
+    ended: read to the end, the client gone mid-way, or never started (the client left before
+    the first byte, so the body, however the policies wrapped it, was never iterated)."""
+
+    def __init__(self, inner: StreamingResponse, call: Call) -> None:
+        self.inner = inner
+        self.call = call
+        self.status_code = inner.status_code
+        self.background = inner.background
+        self.raw_headers = inner.raw_headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            await _close_all(self.call)
 
 
 class _Refused(Exception):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -63,6 +63,11 @@ class Call:
     """The client's request headers (lower-case names), for policies that read hints."""
     overhead: float = 0.0
     """Seconds spent in the gateway so far (excluding waits on engines)."""
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Close the engine streams opened for this call; the gateway runs them when the client's
+    response is over (or was never sent), so a stream that a policy wrapped but nobody read is
+    still closed and accounted for. Shared by the call's `retarget` copies; a stage that gives
+    a stream to other callers (coalescing) calls on with a list of its own."""
 
     def labels(self, pool: Role) -> tuple[str, str, str, str]:
         return (self.service.namespace, self.service.name, pool, self.service.model)
@@ -88,6 +93,8 @@ class Opened:
     pool: Role
     response: httpx.Response
     tokens: int
+    closed: bool = False
+    """Set by `Forwarder.close`: the response is closed and accounted for."""
 
 
 class Failure(Exception):
@@ -299,40 +306,19 @@ class Forwarder:
             response = Response(data, upstream.status_code, headers, media_type)
             self._done(call, labels, _outcome(upstream.status_code), time.perf_counter() - started)
             return response
-        return StreamingResponse(
-            self._stream(call, opened, labels), upstream.status_code, headers, media_type
-        )
+        relay = _Relay(self, call, opened, labels)
+        call.closers.append(relay.aclose)
+        return StreamingResponse(relay, upstream.status_code, headers, media_type)
 
-    async def _stream(
-        self, call: Call, opened: Opened, labels: tuple[str, str, str, str]
-    ) -> AsyncIterator[bytes]:
-        outcome = "cancelled"  # unless the loop below ends otherwise: the client left
-        last: float | None = None
-        metrics = self.metrics.pool(labels)
-        try:
-            upstream = opened.response
-            # A transport may hand over a body it already read (httpx.MockTransport does).
-            chunks = (
-                _once(upstream.content) if upstream.is_stream_consumed else upstream.aiter_raw()
-            )
-            async for chunk in chunks:
-                now = time.perf_counter()
-                if last is None:
-                    metrics.ttft.observe(now - call.arrived)
-                else:
-                    metrics.itl.observe(now - last)
-                last = now
-                yield chunk
-            outcome = "ok"
-        except httpx.HTTPError as error:
-            outcome = "stream_error"
-            self._failed(call, opened.pool, opened.url, f"mid-stream: {error}")
-            message = f"the engine at {opened.url} failed mid-stream ({type(error).__name__})"
-            yield stream_error_event(502, message, "upstream_stream_error")
-        finally:
-            await opened.response.aclose()
-            self.finish(call, opened)
-            self._done(call, labels, outcome, 0.0)
+    async def close(self, call: Call, opened: Opened, outcome: str) -> None:
+        """Account for a streamed response once, then close it (the engine sees its client go).
+        The accounting comes first: under a cancelled scope the `await` may not return."""
+        if opened.closed:
+            return
+        opened.closed = True
+        self.finish(call, opened)
+        self._done(call, call.labels(opened.pool), outcome, 0.0)
+        await opened.response.aclose()
 
     def _done(
         self, call: Call, labels: tuple[str, str, str, str], outcome: str, extra: float
@@ -341,6 +327,68 @@ class Forwarder:
         pool.outcome(outcome).inc()
         pool.e2e.observe(time.perf_counter() - call.arrived)
         pool.overhead.observe(call.overhead + extra)
+
+
+class _Relay:
+    """An engine's stream as the client's body: its chunks as they come (TTFT and ITL
+    observed), then the accounting. Not an async generator on purpose: `aclose()` closes the
+    engine's response even when iteration never started (a generator's `finally` would not
+    run), and the gateway calls it for every stream it opened (`Call.closers`).
+
+    An engine failing mid-stream ends the body with one SSE error event."""
+
+    def __init__(
+        self, forwarder: Forwarder, call: Call, opened: Opened, labels: tuple[str, str, str, str]
+    ) -> None:
+        self._forwarder = forwarder
+        self._call = call
+        self._opened = opened
+        self._metrics = forwarder.metrics.pool(labels)
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._last: float | None = None
+        self._over = False
+
+    def __aiter__(self) -> _Relay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._over or self._opened.closed:
+            raise StopAsyncIteration
+        if self._chunks is None:
+            upstream = self._opened.response
+            # A transport may hand over a body it already read (httpx.MockTransport does).
+            chunks = (
+                _once(upstream.content) if upstream.is_stream_consumed else upstream.aiter_raw()
+            )
+            self._chunks = chunks.__aiter__()
+        try:
+            chunk = await anext(self._chunks)
+        except StopAsyncIteration:
+            await self._end("ok")
+            raise
+        except httpx.HTTPError as error:
+            opened = self._opened
+            self._forwarder._failed(self._call, opened.pool, opened.url, f"mid-stream: {error}")
+            await self._end("stream_error")
+            message = f"the engine at {opened.url} failed mid-stream ({type(error).__name__})"
+            return stream_error_event(502, message, "upstream_stream_error")
+        except BaseException:  # cancelled: the client left
+            await self._end("cancelled")
+            raise
+        now = time.perf_counter()
+        if self._last is None:
+            self._metrics.ttft.observe(now - self._call.arrived)
+        else:
+            self._metrics.itl.observe(now - self._last)
+        self._last = now
+        return chunk
+
+    async def aclose(self) -> None:
+        await self._end("cancelled")
+
+    async def _end(self, outcome: str) -> None:
+        self._over = True
+        await self._forwarder.close(self._call, self._opened, outcome)
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
@@ -112,6 +113,17 @@ class Flight:
         self._dropped(call)
 
     async def _run(self, call: Call, serve: Handler) -> None:
+        # Its own closers: the shared stream is closed by this flight, never by the leader's
+        # response ending (others may still be reading).
+        own = replace(call, closers=[])
+        try:
+            await self._relay(own, serve)
+        finally:
+            for close in own.closers:
+                with contextlib.suppress(Exception):
+                    await close()
+
+    async def _relay(self, call: Call, serve: Handler) -> None:
         try:
             response = await serve(call)
         except asyncio.CancelledError:
