@@ -337,28 +337,10 @@ async def _cancel(task: asyncio.Future[Any]) -> None:
 
 
 async def _discard(response: Response) -> None:
-    """Close a streaming response nobody will send, so its upstream connection closes.
-
-    NOTE: `aclose()` on an async generator that never started does not run its `finally`
-    (where the forwarder closes the upstream response and ends the in-flight count). So:
-    1. start it in a task, which runs up to its first wait on the engine;
-    2. cancel that task: the generator's `finally` runs;
-    3. `aclose()` covers the case where a chunk was already there (the generator then waits
-       at its `yield`, and closing it runs the `finally` too).
-    """
-    if not isinstance(response, StreamingResponse):
-        return
-    iterator = response.body_iterator
-    step = asyncio.ensure_future(_first(iterator))
-    await asyncio.sleep(0)
-    step.cancel()
-    await asyncio.wait((step,))
-    if not step.cancelled():
-        step.exception()  # retrieved: an engine error here is of no interest to anyone
-    close = getattr(iterator, "aclose", None)
-    if close is not None:
-        await close()
-
-
-async def _first(iterator: Any) -> Any:
-    return await iterator.__anext__()
+    """Close a streaming response nobody will send: its upstream connection closes, so its
+    engine sees the client leave now rather than when the caller's response is over (the
+    relay's `aclose()` works before its first chunk too)."""
+    if isinstance(response, StreamingResponse):
+        close = getattr(response.body_iterator, "aclose", None)
+        if close is not None:
+            await close()
