@@ -130,12 +130,10 @@ class Debouncer:
         Within the window each chunk is awaited in a task raced against the supersession (the
         upstream read must be interruptible); after it, chunks pass straight through."""
         chunks = aiter(body)
-        started = False
         step: asyncio.Task[Content | None] | None = None
         try:
             while not turn.superseded.done() and self.deps.clock() < turn.expires:
                 step = asyncio.ensure_future(_next(chunks))
-                started = True
                 await asyncio.wait((step, turn.superseded), return_when=asyncio.FIRST_COMPLETED)
                 if turn.superseded.done():
                     break
@@ -148,8 +146,7 @@ class Debouncer:
                 if step is not None:
                     await _cancel(step)
                     step = None
-                await _close(chunks, started)
-                started = True  # and closed: the `finally` below finds nothing left to do
+                await _close(chunks)
                 self._refused(call, turn, "dispatched")
                 yield stream_error_event(409, _message(turn), "superseded")
                 return
@@ -164,7 +161,7 @@ class Debouncer:
                 step.cancel()
                 step.add_done_callback(_retrieve)
             else:
-                await _close(chunks, started)
+                await _close(chunks)
 
     def _refusal(self, call: Call, turn: _Turn, when: str) -> Failure:
         self._refused(call, turn, when)
@@ -214,21 +211,13 @@ def _retrieve(work: asyncio.Future[Any]) -> None:
 
 async def _discard(response: Response) -> None:
     if isinstance(response, StreamingResponse):
-        await _close(aiter(response.body_iterator), started=False)
+        await _close(aiter(response.body_iterator))
 
 
-async def _close(chunks: AsyncIterator[Content], started: bool) -> None:
-    """Close a response body, releasing what it holds (the upstream response, in-flight counts).
-
-    NOTE: an async generator closed before its first step never runs its `finally`, which is
-    where the proxy closes the upstream response. So a body that has not started is started in
-    a task, which runs up to its first wait (the upstream read, inside its `try`), and
-    cancelled there; a body suspended at a `yield` is closed with `aclose`.
-    """
-    if not started:
-        step = asyncio.ensure_future(_next(chunks))
-        await asyncio.sleep(0)  # the step's first run comes before this task's next one
-        await _cancel(step)
+async def _close(chunks: AsyncIterator[Content]) -> None:
+    """Close a response body, started or not. A wrapping generator that never started skips
+    its `finally`, but the engine's own stream is closed either way: the relay's `aclose`
+    works unstarted, and the gateway runs `Call.closers` once the response is over."""
     aclose = getattr(chunks, "aclose", None)
     if aclose is not None:
         await aclose()
