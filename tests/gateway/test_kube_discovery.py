@@ -26,7 +26,10 @@ def endpoint_slice(pool_service: str, *endpoints: tuple[str, bool, bool]) -> dic
 
 UNIFIED = {"model": {"name": "org/llama", "servedName": "llama"},
            "topology": {"unified": {"replicas": 2}},
-           "traffic": {"limits": {"maxTokens": 512, "timeoutSeconds": 30}}}  # fmt: skip
+           "slo": {"maxKvCacheUsage": 0.6},
+           "traffic": {"limits": {"maxTokens": 512, "timeoutSeconds": 30},
+                       "coalesce": {"enabled": True, "windowMs": 250},
+                       "cascade": {"tiers": [{"service": "small"}], "hedge": True}}}  # fmt: skip
 PD = {"model": {"name": "org/big"}, "topology": {
     "mode": "Disaggregated", "prefill": {"replicas": 1}, "decode": {"replicas": 1},
     "kvTransfer": {"connector": "NixlConnector"}}}  # fmt: skip
@@ -90,3 +93,11 @@ def test_limits_and_identity_come_from_the_service() -> None:
     assert (found.namespace, found.name) == ("ns", "llama")
     assert (found.limits.max_tokens, found.limits.timeout_seconds) == (512, 30)
     assert not found.disaggregated
+
+
+def test_traffic_policies_and_slo_come_from_the_service() -> None:
+    found = snapshot([service("llama", UNIFIED)], [])["llama"]
+    assert (found.traffic.coalesce.enabled, found.traffic.coalesce.window_ms) == (True, 250)
+    assert [tier.service for tier in found.traffic.cascade.tiers] == ["small"]
+    assert found.traffic.cascade.hedge
+    assert found.slo.max_kv_cache_usage == 0.6
