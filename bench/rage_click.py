@@ -339,7 +339,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--delay-ms", type=int, default=100)
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
     parser.add_argument("--max-output-tokens", type=int, default=64)
-    parser.add_argument("--engine-seqs", type=int, default=16)
+    parser.add_argument("--engine-seqs", type=int, default=48)
     parser.add_argument("--ttft-ms", type=int, default=50)
     parser.add_argument("--itl-ms", type=int, default=10)
     parser.add_argument("--load-factor", type=float, default=2.0)
@@ -358,13 +358,14 @@ def main() -> None:
     trace = traces.load(args.trace or default_trace())
     sends = plan(trace, args)
     bursts = {s.burst for s in sends if s.burst is not None}
+    arrivals = sum(s.burst is None for s in sends) + len(bursts)
     print(
         f"trace {trace.name} from {args.trace_start:.0f} s, scaled to {args.rate:g} req/s for "
-        f"{args.seconds:g} s: {len(sends)} requests, {len(bursts)} rage bursts of "
-        f"{args.burst_min}-{args.burst_max} identical requests {args.gap_ms[0]:g}-"
-        f"{args.gap_ms[1]:g} ms apart from {args.rage_users} users ({args.rage_share:.0%} of "
-        f"arrivals, {args.rage_pause:g} s apart per user at least), normal traffic from "
-        f"{args.users} users"
+        f"{args.seconds:g} s: {len(sends)} requests; {len(bursts)} of the {arrivals} arrivals "
+        f"are rage bursts (asked: {args.rage_share:.0%}) of {args.burst_min}-{args.burst_max} "
+        f"identical requests {args.gap_ms[0]:g}-{args.gap_ms[1]:g} ms apart from "
+        f"{args.rage_users} users, each {args.rage_pause:g} s between bursts at least; normal "
+        f"traffic from {args.users} users"
     )
     print(
         f"engines: llm-d-inference-sim, {args.engine_seqs} seqs, TTFT {args.ttft_ms} ms, "
