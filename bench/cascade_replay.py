@@ -36,7 +36,6 @@ import asyncio
 import json
 import math
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from _support import free_port, wait_ready
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -59,25 +59,6 @@ from llmfleet.autoscaler.sim.traces import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIDENT_P, UNSURE_P, THRESHOLD = 0.9, 0.4, 0.7
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_ready(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"{url} did not become ready in {timeout}s")
 
 
 def quantile(values: list[float], q: float) -> float:

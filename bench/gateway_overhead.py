@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,35 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from _support import free_port, pinned, wait_ready
 
 from llmfleet.core.cluster import build
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 
 MODEL = "bench-model"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def pinned(cpu: int, command: list[str]) -> list[str]:
-    return ["taskset", "-c", str(cpu), *command] if shutil.which("taskset") else command
-
-
-def wait_ready(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"{url} did not become ready in {timeout}s")
 
 
 def quantile(values: list[float], q: float) -> float:

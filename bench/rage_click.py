@@ -41,8 +41,6 @@ import argparse
 import asyncio
 import random
 import re
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +54,7 @@ from typing import Any
 
 import httpx
 import yaml
+from _support import free_port, pinned, wait_ready
 
 from llmfleet.autoscaler.sim import traces
 from llmfleet.core.cluster import build
@@ -95,29 +94,6 @@ class Figures:
     upstream: int
     outcomes: list[Outcome]
     policy: dict[str, float] = field(default_factory=dict)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def pinned(cpu: int, command: list[str]) -> list[str]:
-    return ["taskset", "-c", str(cpu), *command] if shutil.which("taskset") else command
-
-
-def wait_ready(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"{url} did not become ready in {timeout}s")
 
 
 def quantile(values: list[float], q: float) -> float:
