@@ -1,4 +1,5 @@
-"""Reading a draining engine's in-flight requests from its metrics, against a real HTTP server."""
+"""Reading a draining engine's in-flight requests from its metrics, against a real HTTP server
+(the counting itself: tests/unit/test_vllm_metrics.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from llmfleet.operator.inflight import parse_in_flight, probe_in_flight
+from llmfleet.operator.inflight import probe_in_flight
 
 VLLM_METRICS = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -20,18 +21,6 @@ vllm:num_requests_waiting_by_reason{reason="capacity"} 7.0
 # TYPE vllm:kv_cache_usage_perc gauge
 vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.4
 """
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param(VLLM_METRICS, 5, id="running-plus-waiting"),
-        pytest.param("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n", 0, id="idle"),
-        pytest.param("process_cpu_seconds_total 1.0\n", None, id="no-vllm-gauges"),
-    ],
-)
-def test_parse(text: str, expected: int | None) -> None:
-    assert parse_in_flight(text) == expected
 
 
 @pytest.fixture

@@ -12,10 +12,38 @@ import logging
 
 import httpx
 
+from llmfleet.core import vllm_metrics
 from llmfleet.gateway.discovery import Discovery
-from llmfleet.gateway.endpoints import EndpointTable, parse_engine_metrics
+from llmfleet.gateway.endpoints import EndpointTable, EngineLoad
 
 log = logging.getLogger("llmfleet.gateway.scraper")
+
+LOAD_SERIES = (
+    vllm_metrics.WAITING,
+    vllm_metrics.RUNNING,
+    vllm_metrics.KV_CACHE_USAGE,
+    vllm_metrics.GPU_CACHE_USAGE,
+)
+"""The only series a scrape reads out of the engine's exposition."""
+
+
+def engine_load(text: str) -> EngineLoad:
+    """The load figures in an engine's /metrics text (absent or NaN figures read as 0).
+
+    Queue and batch sizes are summed over their label sets (several models or data-parallel
+    engines behind one port); KV usage is the maximum instead, since the fullest cache is what
+    limits the endpoint, and the older `vllm:gpu_cache_usage_perc` counts only when no
+    `vllm:kv_cache_usage_perc` sample is a number.
+    """
+    found = vllm_metrics.read(text, LOAD_SERIES)
+    kv_usage = vllm_metrics.highest(found[vllm_metrics.KV_CACHE_USAGE])
+    if kv_usage is None:
+        kv_usage = vllm_metrics.highest(found[vllm_metrics.GPU_CACHE_USAGE])
+    return EngineLoad(
+        waiting=vllm_metrics.total(found[vllm_metrics.WAITING]) or 0.0,
+        running=vllm_metrics.total(found[vllm_metrics.RUNNING]) or 0.0,
+        kv_usage=kv_usage or 0.0,
+    )
 
 
 def known_urls(discovery: Discovery) -> set[str]:
@@ -34,7 +62,7 @@ async def scrape_once(client: httpx.AsyncClient, table: EndpointTable, url: str)
     except httpx.HTTPError as error:
         log.debug("endpoint=%s scrape failed: %s", url, error)
         return False
-    table.record_load(url, parse_engine_metrics(response.text))
+    table.record_load(url, engine_load(response.text))
     return True
 
 
