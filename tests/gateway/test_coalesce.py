@@ -25,7 +25,7 @@ from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import EndpointTable
 from llmfleet.gateway.metrics import GatewayMetrics
-from llmfleet.gateway.openai_request import ParsedRequest
+from llmfleet.gateway.openai_request import parse
 from llmfleet.gateway.policies.base import PolicyDeps
 from llmfleet.gateway.policies.coalesce import Coalescer
 from llmfleet.gateway.proxy import Call, Forwarder
@@ -446,7 +446,7 @@ def _call(request_id: str, max_tokens: int) -> Call:
     spec = CoalesceSpec(enabled=True, window_ms=1000)
     service = _service("http://127.0.0.1:9", spec).services()[MODEL]
     body = {**GREEDY, "max_tokens": max_tokens}
-    parsed = ParsedRequest(body, MODEL, False, max_tokens, "hi")
+    parsed = parse(json.dumps(body).encode(), chat=True)
     path = "/v1/chat/completions"
     return Call(request_id, service, parsed, RoutingRequest(MODEL), path, 0.0)
 

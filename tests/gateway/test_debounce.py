@@ -28,7 +28,7 @@ from llmfleet.crds.policy import DebounceMode, DebounceSpec, TrafficSpec
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import EndpointTable
 from llmfleet.gateway.metrics import GatewayMetrics
-from llmfleet.gateway.openai_request import ParsedRequest
+from llmfleet.gateway.openai_request import parse
 from llmfleet.gateway.policies.base import PolicyDeps
 from llmfleet.gateway.policies.debounce import Debouncer
 from llmfleet.gateway.proxy import Call, Failure
@@ -374,7 +374,7 @@ def test_the_stage_lets_the_newest_win(
         return Response(b"{}")
 
     async def one(request_id: str) -> str:
-        parsed = ParsedRequest({}, MODEL, False, None, "")
+        parsed = parse(b'{"model": "%s", "messages": [{}]}' % MODEL.encode(), chat=True)
         call = Call(request_id, service, parsed, RoutingRequest(MODEL), CHAT, 0.0)
         call.session = "s1"
         try:

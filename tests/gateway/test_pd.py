@@ -86,7 +86,7 @@ def test_pd_hands_kv_transfer_params_from_prefill_to_decode() -> None:
     [first] = prefill.received
     assert first["max_tokens"] == 1
     assert first["stream"] is False
-    assert "stream_options" not in first
+    assert first.get("stream_options") is None  # spliced in as null, not removed
     assert first["kv_transfer_params"] == PREFILL_KV_PARAMS
     assert first["top_k"] == 7
     [second] = decode.received

@@ -1,9 +1,17 @@
-"""The gateway's FastAPI app: `create_app(settings, ...)` builds everything; nothing is global.
+"""The gateway's ASGI app: `create_app(settings, ...)` builds everything; nothing is global.
 
-Endpoints: POST /v1/chat/completions, POST /v1/completions (JSON or SSE), GET /v1/models,
-/healthz (the process answers), /readyz (discovery has its first snapshot), /metrics, and
-FastAPI's /docs and /openapi.json. Handlers read the raw body and validate only the fields the
-gateway acts on (see `openai_request`), so the OpenAPI schema is attached by hand.
+The two completion routes (POST /v1/chat/completions, /v1/completions) are served by
+`GatewayApp` itself, straight on ASGI: no framework middleware, router, request or response
+objects per request. Everything else (GET /v1/models, /healthz, /readyz, /metrics, /docs,
+/openapi.json, and the lifespan) goes to a FastAPI app, where per-request cost does not matter.
+
+One request, in order: headers (request id sanitised), body (size limit, read deadline),
+authentication, the few fields the gateway acts on (`openai_request`), the service, the
+tenant's rate limit, the token cap (spliced into the body's bytes), the traffic policies, the
+engines; then the answer is written to the client. One task watches for the client leaving and
+cancels the work (closing the engine's stream). Every refusal is a 4xx in OpenAI's shape and
+counted (`llmfleet_gateway_bad_requests_total` for malformed input); an unexpected exception is
+a 500 in that shape with the request id, logged once with its traceback and counted.
 """
 
 from __future__ import annotations
@@ -11,29 +19,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
+import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.gateway import openai_request
-from llmfleet.gateway.aiohttp_transport import AiohttpTransport
 from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
+from llmfleet.gateway.gc_pauses import PauseRecorder, freeze_startup_heap
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from llmfleet.gateway.kube_secrets import read_keys_secret
 from llmfleet.gateway.metrics import GatewayMetrics
-from llmfleet.gateway.openai_request import InvalidRequestError, capped
+from llmfleet.gateway.openai_request import MAX_CONTEXT_TOKENS, InvalidRequestError, capped
 from llmfleet.gateway.pd import serve_disaggregated
 from llmfleet.gateway.policies.base import Handler, PolicyDeps, Stage, chain
 from llmfleet.gateway.policies.cascade import Cascade
@@ -46,6 +54,7 @@ from llmfleet.gateway.routing.base import RoutingRequest
 from llmfleet.gateway.scraper import scrape_forever
 from llmfleet.gateway.settings import GatewaySettings
 from llmfleet.gateway.tenants import Tenants
+from llmfleet.gateway.upstream import AiohttpUpstream, HttpxUpstream, Upstream
 
 log = logging.getLogger("llmfleet.gateway")
 
@@ -59,6 +68,13 @@ STAGES: tuple[Callable[[PolicyDeps], Stage], ...] = (
 """The traffic policies every request passes, outermost first (see `policies/__init__`)."""
 
 PRIORITIES: tuple[Priority, ...] = ("critical", "standard", "sheddable")
+
+ROUTES = {"/v1/chat/completions": True, "/v1/completions": False}
+"""The routes served on the hot path, and whether each is the chat one."""
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
+"""A client's `x-request-id` is kept when it is this (printable ASCII, no spaces, short);
+otherwise the gateway makes one (and logs the client's, escaped, once)."""
 
 
 def _discovery_from(settings: GatewaySettings) -> Discovery:
@@ -76,6 +92,24 @@ def _discovery_from(settings: GatewaySettings) -> Discovery:
     return KubeDiscovery(lister, settings.discovery_interval_seconds)
 
 
+def _upstream_from(
+    settings: GatewaySettings, transport: httpx.AsyncBaseTransport | None, guard: LoopbackGuard
+) -> Upstream:
+    """aiohttp straight, unless a test passes a transport or the settings ask for httpx."""
+    connect = settings.connect_timeout_seconds
+    if transport is None and settings.upstream_client == "aiohttp":
+        return AiohttpUpstream(guard, connect_timeout=connect)
+    limits = httpx.Limits(
+        max_connections=None,
+        max_keepalive_connections=settings.keepalive_connections,
+        keepalive_expiry=30,
+    )
+    client = httpx.AsyncClient(
+        transport=guarded(transport, guard, "upstream", limits), limits=limits, timeout=None
+    )
+    return HttpxUpstream(client, connect_timeout=connect)
+
+
 def create_app(
     settings: GatewaySettings,
     *,
@@ -83,7 +117,7 @@ def create_app(
     transport: httpx.AsyncBaseTransport | None = None,
     tenants: Tenants | None = None,
     clock: Clock = time.monotonic,
-) -> FastAPI:
+) -> GatewayApp:
     """The gateway app. `discovery` defaults to the static file in the settings, `tenants` to
     its API keys file (none: no authentication); `transport` replaces the network for the
     engines (tests pass an `httpx.MockTransport`)."""
@@ -103,26 +137,16 @@ def create_app(
         stale_seconds=settings.metrics_stale_seconds,
         clock=clock,
     )
-    limits = httpx.Limits(
-        max_connections=None,
-        max_keepalive_connections=settings.keepalive_connections,
-        keepalive_expiry=30,
-    )
-    scrape_transport = transport  # scrapes are rare: httpx's own transport unless one is given
-    if transport is None and settings.upstream_client == "aiohttp":
-        transport = AiohttpTransport()  # opens its session lazily, inside the running loop
     guard = LoopbackGuard(
         settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc(), log
     )
-    # Created here but opened lazily; closed by the lifespan.
-    client = httpx.AsyncClient(
-        transport=guarded(transport, guard, "upstream", limits), limits=limits, timeout=None
-    )
-    scrape_client = httpx.AsyncClient(
-        transport=guarded(scrape_transport, guard, "scrape"),
+    upstream = _upstream_from(settings, transport, guard)
+    scrape_client = httpx.AsyncClient(  # scrapes are rare: httpx's own transport is fine
+        transport=guarded(transport, guard, "scrape"),
         timeout=settings.scrape_timeout_seconds,
     )
-    forwarder = Forwarder(settings, client, table, metrics)
+    forwarder = Forwarder(settings, upstream, table, metrics)
+    pauses = PauseRecorder(metrics.gc_pauses)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -130,40 +154,28 @@ def create_app(
         scraper = asyncio.create_task(
             scrape_forever(scrape_client, table, source, settings.scrape_interval_seconds)
         )
+        if settings.freeze_startup_heap:
+            frozen = freeze_startup_heap()
+            log.info("froze %d start-up objects out of the garbage collector's way", frozen)
+        pauses.start()
         try:
             yield
         finally:
+            pauses.stop()
             scraper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await scraper
             await source.stop()
-            await client.aclose()
+            await upstream.aclose()
             await scrape_client.aclose()
 
-    app = FastAPI(title="llmfleet gateway", version="v1", lifespan=lifespan)
-    app.state.forwarder = forwarder
-    app.state.table = table
-    app.state.metrics = metrics
+    admin = FastAPI(title="llmfleet gateway", version="v1", lifespan=lifespan)
 
-    @app.exception_handler(StarletteHTTPException)
+    @admin.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException) -> Response:
         return error_response(error.status_code, str(error.detail))
 
-    gateway = _Gateway(settings, source, forwarder, metrics, tenants, table, clock)
-    handle = gateway.handle
-
-    @app.post(
-        "/v1/chat/completions",
-        openapi_extra=_body_schema(openai_request.ChatCompletionRequest),
-    )
-    async def chat_completions(request: Request) -> Response:
-        return await handle(request, "/v1/chat/completions", chat=True)
-
-    @app.post("/v1/completions", openapi_extra=_body_schema(openai_request.CompletionRequest))
-    async def completions(request: Request) -> Response:
-        return await handle(request, "/v1/completions", chat=False)
-
-    @app.get("/v1/models")
+    @admin.get("/v1/models")
     async def models() -> dict[str, Any]:
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": service.namespace}
@@ -171,26 +183,129 @@ def create_app(
         ]
         return {"object": "list", "data": data}
 
-    @app.get("/healthz")
+    @admin.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @admin.get("/readyz")
     async def readyz() -> Response:
         if not source.ready():
             return error_response(503, "discovery has no snapshot yet", code="not_ready")
         return Response(b'{"status":"ready"}', media_type="application/json")
 
-    @app.get("/metrics")
+    @admin.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
 
-    return app
+    _document_completion_routes(admin)
+    gateway = _Gateway(settings, source, forwarder, metrics, tenants, table, clock)
+    return GatewayApp(admin, gateway, forwarder, table, metrics)
 
 
-def _body_schema(model: type[openai_request._Common]) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+class GatewayApp:
+    """The ASGI app: the completion routes on the hot path, everything else to FastAPI.
+    `state` exposes the forwarder, endpoint table and metrics to tests and benchmarks."""
+
+    def __init__(
+        self,
+        admin: FastAPI,
+        gateway: _Gateway,
+        forwarder: Forwarder,
+        table: EndpointTable,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.admin = admin
+        self._gateway = gateway
+        self.state = admin.state
+        self.state.forwarder = forwarder
+        self.state.table = table
+        self.state.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            chat = ROUTES.get(scope["path"])
+            if chat is not None:
+                await self._gateway.serve_http(scope, receive, send, scope["path"], chat)
+                return
+        await self.admin(scope, receive, send)
+
+
+_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+_ERROR_STATUSES = {
+    "400": "Malformed request: not JSON, invalid Unicode, too deep, a wrong type or value",
+    "401": "A valid API key is required",
+    "404": "No such model",
+    "408": "The body was not received in time",
+    "409": "Superseded by a newer request of the same session (debouncing)",
+    "413": "The body is larger than the gateway's limit",
+    "429": "Rate limited, or the pool is saturated",
+    "499": "The client left (not sent)",
+    "500": "An unexpected error in the gateway",
+    "502": "The engines failed",
+    "503": "No serving endpoint, or the gateway is starting",
+    "504": "The engine did not answer in time",
+}
+
+
+def _document_completion_routes(admin: FastAPI) -> None:
+    """Put the two hot-path routes (served outside FastAPI) into /openapi.json."""
+
+    def openapi() -> dict[str, Any]:
+        if admin.openapi_schema is None:
+            schema = FastAPI.openapi(admin)
+            errors = {
+                status: {
+                    "description": text,
+                    "content": {"application/json": {"schema": _ERROR_SCHEMA}},
+                }
+                for status, text in _ERROR_STATUSES.items()
+            }
+            for path, chat in ROUTES.items():
+                schema["paths"][path] = {
+                    "post": {
+                        "summary": "Chat completion" if chat else "Completion",
+                        "requestBody": {
+                            "required": True,
+                            "content": {
+                                "application/json": {"schema": openai_request.openapi_schema(chat)}
+                            },
+                        },
+                        "responses": {
+                            "200": {
+                                "description": "The engine's answer: JSON, or server-sent "
+                                "events when `stream` is true",
+                                "content": {
+                                    "application/json": {"schema": {"type": "object"}},
+                                    "text/event-stream": {"schema": {"type": "string"}},
+                                },
+                            },
+                            **errors,
+                        },
+                    }
+                }
+            admin.openapi_schema = schema
+        return admin.openapi_schema
+
+    admin.openapi = openapi  # type: ignore[method-assign]
+
+
+class _ClientLeft(Exception):
+    """The client disconnected before the answer was written."""
 
 
 class _Gateway:
@@ -214,48 +329,116 @@ class _Gateway:
         deps = PolicyDeps(settings, metrics, source, table, forwarder, self._forward, clock)
         self.serve: Handler = chain([stage(deps) for stage in STAGES], self._forward)
 
-    async def handle(self, request: Request, path: str, chat: bool) -> Response:
+    async def serve_http(
+        self, scope: Scope, receive: Receive, send: Send, route: str, chat: bool
+    ) -> None:
+        """Answer one request on a completion route; never raises (but for cancellation)."""
         arrived = time.perf_counter()
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]
+        }
+        request_id = _request_id(headers.get("x-request-id"))
+        writer = _Writer(send, request_id)
         try:
-            call = await self._prepare(request, request_id, path, chat, arrived)
-        except _Refused as refused:
-            refused.response.headers["x-request-id"] = request_id
-            return refused.response
-        service = call.service
-        call.overhead = time.perf_counter() - arrived
-        try:
-            response = await _unless_client_leaves(request, self.serve(call))
-        except Failure as failure:
-            await _close_all(call)
-            self.metrics.pool(call.labels(_pool(service))).outcome(failure.outcome).inc()
-            failure.response.headers["x-request-id"] = request_id
-            return failure.response
-        if response is None:
-            await _close_all(call)
-            log.info("request_id=%s client left before the answer; cancelled", request_id)
-            self.metrics.pool(call.labels(_pool(service))).outcome("cancelled").inc()
-            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
-        if isinstance(response, StreamingResponse):
-            return _ClosingResponse(response, call)
-        await _close_all(call)
-        return response
+            try:
+                raw = await self._read_body(receive, headers)
+                call = self._prepare(raw, headers, request_id, route, chat, arrived)
+            except _Refused as refused:
+                if refused.bad_request is not None:
+                    self.metrics.bad_requests.labels(route, refused.bad_request).inc()
+                await writer.write(refused.response)
+                return
+            await self._answer(call, receive, writer)
+        except _ClientLeft:
+            return
+        except Exception:
+            self.metrics.internal_errors.labels(route).inc()
+            log.exception("request_id=%s unexpected error on %s", request_id, route)
+            if not writer.started:
+                message = f"internal error in the gateway (request id {request_id})"
+                await writer.write(error_response(500, message, code="internal_error"))
 
-    async def _prepare(
-        self, request: Request, request_id: str, path: str, chat: bool, arrived: float
+    async def _read_body(self, receive: Receive, headers: Mapping[str, str]) -> bytes:
+        """The whole body, within `max_body_bytes` and `body_read_timeout_seconds`."""
+        limit = self.settings.max_body_bytes
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise _Refused.bad(413, f"the request body is larger than {limit} bytes",
+                               "body_too_large")  # fmt: skip
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.settings.body_read_timeout_seconds):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise _ClientLeft
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise _Refused.bad(413, f"the request body is larger than {limit} bytes",
+                                           "body_too_large")  # fmt: skip
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            seconds = self.settings.body_read_timeout_seconds
+            raise _Refused.bad(
+                408, f"the request body was not received within {seconds:g}s", "body_read_timeout"
+            ) from None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _answer(self, call: Call, receive: Receive, writer: _Writer) -> None:
+        """Run the policies and the engines, write the answer; the client leaving cancels."""
+        watcher = _DisconnectWatcher(receive)
+        service = call.service
+        try:
+            try:
+                response = await self.serve(call)
+            except Failure as failure:
+                self.metrics.pool(call.labels(_pool(service))).outcome(failure.outcome).inc()
+                response = failure.response
+            await writer.write(response, call, self.metrics.overhead(call.path, "chunk"))
+            response_overhead = call.answered_at
+            if response_overhead is not None and not isinstance(response, StreamingResponse):
+                self.metrics.overhead(call.path, "response").observe(
+                    time.perf_counter() - response_overhead
+                )
+        except asyncio.CancelledError:
+            if not watcher.fired:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            if not writer.started:
+                log.info("request_id=%s client left before the answer; cancelled", call.request_id)
+                self.metrics.pool(call.labels(_pool(service))).outcome("cancelled").inc()
+        finally:
+            watcher.stop()
+            await _close_all(call)
+
+    def _prepare(  # noqa: PLR0917 - one request's parts, read in serve_http
+        self,
+        raw: bytes,
+        headers: Mapping[str, str],
+        request_id: str,
+        route: str,
+        chat: bool,
+        arrived: float,
     ) -> Call:
         """Authenticate, parse, find the service, apply limits; _Refused says why not."""
+        read_at = time.perf_counter()
         tenant = None
         if self.tenants is not None:
-            tenant = self.tenants.identify(request.headers.get("authorization"))
+            tenant = self.tenants.identify(headers.get("authorization"))
             if tenant is None:
                 message = "a valid API key is required (Authorization: Bearer KEY)"
                 raise _Refused(error_response(401, message, code="invalid_api_key"))
-        raw = await request.body()
         try:
             parsed = openai_request.parse(raw, chat=chat)
         except InvalidRequestError as error:
-            raise _Refused(error_response(400, str(error), param=error.param)) from None
+            response = error_response(400, str(error), param=error.param, code="invalid_request")
+            raise _Refused(response, bad_request="invalid_request") from None
         service = self.source.services().get(parsed.model)
         if service is None and not self.source.ready():
             # A gateway that just started does not know the models yet: "try again", not 404.
@@ -280,53 +463,115 @@ class _Gateway:
                     )
                 )
         cap = service.limits.max_tokens or self.settings.max_tokens
-        body = capped(parsed, cap)
-        if body is not None:
-            raw = json.dumps(body).encode()
-            parsed = openai_request.ParsedRequest(
-                body, parsed.model, parsed.stream, cap, parsed.prompt_text
-            )
+        parsed = capped(parsed, cap, service.max_model_len or MAX_CONTEXT_TOKENS) or parsed
         routing = RoutingRequest(
             parsed.model,
             parsed.prefix_key(self.settings.prefix_block_chars, self.settings.prefix_blocks),
             parsed.tokens(),
         )
-        headers = request.headers
         return Call(
             request_id,
             service,
             parsed,
             routing,
-            path,
+            route,
             arrived,
-            raw=raw,
+            raw=parsed.raw,
             tenant=tenant.name if tenant is not None else None,
-            session=_session(headers, parsed.body),
+            session=_session(headers, parsed),
             # A tenant without a class is standard, and so its ceiling (not "no tenants").
             priority=_priority((tenant.priority or "standard") if tenant else None, headers),
             headers=headers,
+            read_at=read_at,
         )
 
     async def _forward(self, call: Call) -> Response:
         """The end of the chain: the service's engines."""
         if call.service.disaggregated:
-            response: Response = await serve_disaggregated(
-                self.forwarder, call, call.parsed.body, call.raw
-            )
+            response: Response = await serve_disaggregated(self.forwarder, call, call.raw)
             return response
         opened = await self.forwarder.open(call, call.service.pools["unified"], call.raw)
         return await self.forwarder.relay(call, opened, {})
 
 
-def _session(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+def _request_id(given: str | None) -> str:
+    """The client's `x-request-id` if it is a sane token, else a new one."""
+    if given is not None and _REQUEST_ID.fullmatch(given):
+        return given
+    made = uuid.uuid4().hex
+    if given is not None:
+        log.info("request_id=%s replaces the client's unusable x-request-id %r", made, given[:64])
+    return made
+
+
+class _Writer:
+    """Writes a Starlette response to the ASGI `send` without Starlette's per-response
+    machinery (its StreamingResponse starts a task group and a disconnect listener; the
+    gateway has one watcher per request already)."""
+
+    def __init__(self, send: Send, request_id: str) -> None:
+        self._send = send
+        self._request_id = request_id.encode()
+        self.started = False
+
+    async def write(
+        self, response: Response, call: Call | None = None, chunk_overhead: Any = None
+    ) -> None:
+        headers = response.raw_headers
+        if not any(name == b"x-request-id" for name, _ in headers):
+            headers = [*headers, (b"x-request-id", self._request_id)]
+        self.started = True
+        await self._send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        if not isinstance(response, StreamingResponse):
+            await self._send({"type": "http.response.body", "body": response.body})
+            return
+        send = self._send
+        async for chunk in response.body_iterator:
+            got = time.perf_counter()
+            body = chunk if isinstance(chunk, bytes) else _as_bytes(chunk)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            if chunk_overhead is not None:
+                chunk_overhead.observe(time.perf_counter() - got)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _as_bytes(chunk: Any) -> bytes:
+    return bytes(chunk) if isinstance(chunk, memoryview) else str(chunk).encode()
+
+
+class _DisconnectWatcher:
+    """One task per request waiting for `http.disconnect`; when it comes, the serving task is
+    cancelled (`fired` tells that cancellation from any other). The body has been read, so the
+    next ASGI message can only be the disconnect (uvicorn sends it when the connection drops,
+    or after the response is complete, by which time the watcher is stopped)."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.fired = False
+        self._target = asyncio.current_task()
+        self._task = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        message: Message = await receive()
+        while message["type"] != "http.disconnect":
+            message = await receive()
+        self.fired = True
+        if self._target is not None:
+            self._target.cancel()
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+def _session(headers: Mapping[str, str], parsed: openai_request.ParsedRequest) -> str | None:
     """Who the caller is within its tenant: `x-session-id`, else the body's `user`, else a
     digest of the API key (never the key itself: it may end up in logs); None if nothing."""
     session = headers.get("x-session-id")
     if session:
         return f"s:{session}"
-    user = body.get("user")
-    if isinstance(user, str) and user:
-        return f"u:{user}"
+    if parsed.user:
+        return f"u:{parsed.user}"
     authorization = headers.get("authorization")
     if authorization:
         return "k:" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
@@ -355,56 +600,19 @@ async def _close_all(call: Call) -> None:
             log.debug("request_id=%s closing an engine stream: %s", call.request_id, error)
 
 
-class _ClosingResponse(Response):
-    """A streamed answer that closes the call's engine streams once it is over, however it
-    ended: read to the end, the client gone mid-way, or never started (the client left before
-    the first byte, so the body, however the policies wrapped it, was never iterated)."""
-
-    def __init__(self, inner: StreamingResponse, call: Call) -> None:
-        self.inner = inner
-        self.call = call
-        self.status_code = inner.status_code
-        self.background = inner.background
-        self.raw_headers = inner.raw_headers
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self.inner(scope, receive, send)
-        finally:
-            await _close_all(self.call)
-
-
 class _Refused(Exception):
-    """The request is answered by the gateway itself with `response` (4xx)."""
+    """The request is answered by the gateway itself with `response` (4xx); `bad_request` is
+    the code it is counted under when the input itself was at fault."""
 
-    def __init__(self, response: Response) -> None:
+    def __init__(self, response: Response, bad_request: str | None = None) -> None:
         super().__init__(response.status_code)
         self.response = response
+        self.bad_request = bad_request
+
+    @classmethod
+    def bad(cls, status: int, message: str, code: str) -> _Refused:
+        return cls(error_response(status, message, code=code), bad_request=code)
 
 
 def _pool(service: Service) -> Role:
     return "decode" if service.disaggregated else "unified"
-
-
-async def _unless_client_leaves(request: Request, work: Awaitable[Response]) -> Response | None:
-    """`work`'s response, or None when the client disconnects first (then `work` is cancelled,
-    which closes the upstream connection: the engine sees its client go and can abort).
-
-    The body has been read, so the next ASGI message can only be `http.disconnect`. Once a
-    streaming response is returned, starlette's StreamingResponse watches for it instead.
-    """
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(request.receive())
-    try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        watch.cancel()
-        raise
-    watch.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    return None

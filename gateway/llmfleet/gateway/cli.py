@@ -66,10 +66,9 @@ def run(
 
     Serves the OpenAI API, /metrics, /healthz and /readyz in front of the engines a static file
     lists or the cluster's InferenceServices. Settings: environment LLMFLEET_GATEWAY_*."""
-    import uvicorn
-
     from llmfleet.gateway.app import create_app
     from llmfleet.gateway.discovery import StaticConfigError
+    from llmfleet.gateway.server import serve
     from llmfleet.gateway.tenants import TenantsError
 
     overrides = given(
@@ -93,15 +92,7 @@ def run(
         gateway = create_app(settings)
     except (StaticConfigError, TenantsError, ValueError) as error:
         raise UserError(str(error)) from None
-    uvicorn.run(
-        gateway,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=settings.log_level.lower(),
-    )
+    serve(gateway, settings)
 
 
 def main() -> None:

@@ -54,6 +54,9 @@ class Service:
     pools: Mapping[Role, Pool]
     traffic: TrafficSpec = field(default_factory=TrafficSpec)
     slo: SloSpec = field(default_factory=SloSpec)
+    max_model_len: int | None = None
+    """The engines' context length (`spec.model.maxModelLen`); output limits above it are
+    capped to it. None: unknown (capped to the API's largest context)."""
 
     @property
     def disaggregated(self) -> bool:
@@ -107,6 +110,7 @@ class _ServiceModel(BaseModel):
     decode: list[HttpUrl] | None = None
     traffic: TrafficSpec = Field(default_factory=TrafficSpec)
     slo: SloSpec = Field(default_factory=SloSpec)
+    max_model_len: int | None = Field(default=None, alias="maxModelLen", ge=16)
 
     @model_validator(mode="after")
     def _one_topology(self) -> _ServiceModel:
@@ -146,6 +150,7 @@ def parse_static_config(text: str, source: str = "static config") -> dict[str, S
             pools=pools,
             traffic=spec.traffic,
             slo=spec.slo,
+            max_model_len=spec.max_model_len,
         )
     return services
 

@@ -77,6 +77,7 @@ class EndpointTable:
         fresh = state.load is not None and now - state.scraped_at <= self._stale_seconds
         load = state.load if fresh and state.load is not None else EngineLoad()
         return Candidate(
+            stale=state.load is not None and not fresh,
             url=state.url,
             waiting=load.waiting,
             running=load.running,
@@ -107,53 +108,14 @@ class EndpointTable:
         if state is not None:
             state.consecutive_failures = 0
 
-    def failed(self, url: str) -> bool:
-        """Count a failure; True when it ejects the endpoint (for `eject_seconds`)."""
+    def failed(self, url: str, *, hung: bool = False) -> bool:
+        """Count a failure; True when it ejects the endpoint (for `eject_seconds`): after
+        `eject_after_failures` in a row, or at once when the endpoint `hung` (timed out)."""
         state = self.get(url)
         state.consecutive_failures += 1
-        if state.consecutive_failures < self._eject_after:
+        if state.consecutive_failures < self._eject_after and not hung:
             return False
         state.consecutive_failures = 0
         state.ejected_until = self.clock() + self._eject_seconds
         self.ejections += 1
         return True
-
-
-_GAUGES = {
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:num_requests_running": "running",
-    "vllm:kv_cache_usage_perc": "kv_usage",
-    "vllm:gpu_cache_usage_perc": "kv_usage_old",
-}
-
-
-def parse_engine_metrics(text: str) -> EngineLoad:
-    """The load figures in a Prometheus text exposition of vLLM metrics.
-
-    Samples of one gauge are summed over their label sets (several models or engines behind one
-    port); KV usage is the maximum instead, since a fuller cache is what limits the endpoint.
-    Unparseable lines are skipped: an engine's exposition format is not ours to enforce.
-    """
-    sums = {"waiting": 0.0, "running": 0.0}
-    kv: float | None = None
-    kv_old: float | None = None
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
-        name_end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
-        field = _GAUGES.get(line[:name_end]) if name_end > 0 else None
-        if field is None:
-            continue
-        rest = line[line.rfind("}") + 1 :] if line[name_end] == "{" else line[name_end:]
-        try:
-            value = float(rest.split()[0])  # an optional timestamp may follow the value
-        except (ValueError, IndexError):
-            continue
-        if field == "kv_usage":
-            kv = value if kv is None else max(kv, value)
-        elif field == "kv_usage_old":
-            kv_old = value if kv_old is None else max(kv_old, value)
-        else:
-            sums[field] += value
-    usage = kv if kv is not None else kv_old if kv_old is not None else 0.0
-    return EngineLoad(waiting=sums["waiting"], running=sums["running"], kv_usage=usage)

@@ -79,7 +79,7 @@ def snapshot(
             continue
         found[model] = Service(
             model=model, namespace=namespace, name=name, pools=pools,
-            traffic=spec.traffic, slo=spec.slo,
+            traffic=spec.traffic, slo=spec.slo, max_model_len=spec.model.max_model_len,
         )  # fmt: skip
     return found
 

@@ -9,17 +9,20 @@ The protocol (vLLM `tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`)
 2. Send the client's original request to a decode engine with those `kv_transfer_params`; it
    pulls the KV blocks over NIXL and generates. Its response (streamed or not) goes to the client.
 
+Both bodies are the client's bytes with the changed fields appended (`openai_request.spliced`:
+`stream_options` is set to null rather than removed), never a re-encoded copy.
+
 Without prefill endpoints the request goes to the decode pool alone (its engines run `kv_both`
 and can prefill themselves); without decode endpoints the answer is 503.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from llmfleet.gateway.discovery import Pool
 from llmfleet.gateway.errors import error_response
+from llmfleet.gateway.openai_request import spliced
 from llmfleet.gateway.proxy import Call, Failure, Forwarder
 
 PREFILL_KV_PARAMS: dict[str, Any] = {
@@ -32,27 +35,27 @@ PREFILL_KV_PARAMS: dict[str, Any] = {
 }
 
 
-def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
-    """The prefill step's request: one token, no stream, asking the engine to keep the KV."""
-    prefill = dict(body)
-    prefill["max_tokens"] = 1
-    if "max_completion_tokens" in prefill:
-        prefill["max_completion_tokens"] = 1
-    prefill["stream"] = False
-    prefill.pop("stream_options", None)
-    prefill["kv_transfer_params"] = dict(PREFILL_KV_PARAMS)
-    return prefill
+PREFILL_FIELDS: dict[str, Any] = {
+    "max_tokens": 1,
+    "max_completion_tokens": 1,
+    "stream": False,
+    "stream_options": None,
+    "kv_transfer_params": PREFILL_KV_PARAMS,
+}
+"""What the prefill step changes in the client's body: one token, no stream, keep the KV."""
 
 
-def decode_body(body: dict[str, Any], kv_transfer_params: dict[str, Any]) -> dict[str, Any]:
-    decode = dict(body)
-    decode["kv_transfer_params"] = kv_transfer_params
-    return decode
+def prefill_body(raw: bytes) -> bytes:
+    """The prefill step's request: the client's body with `PREFILL_FIELDS` spliced in."""
+    return spliced(raw, PREFILL_FIELDS)
 
 
-async def serve_disaggregated(
-    forwarder: Forwarder, call: Call, body: dict[str, Any], raw: bytes
-) -> Any:
+def decode_body(raw: bytes, kv_transfer_params: dict[str, Any]) -> bytes:
+    """The decode step's request: the client's body with the prefill's `kv_transfer_params`."""
+    return spliced(raw, {"kv_transfer_params": kv_transfer_params})
+
+
+async def serve_disaggregated(forwarder: Forwarder, call: Call, raw: bytes) -> Any:
     """Run both steps; returns the client's response (streamed from the decode engine)."""
     pools = call.service.pools
     decode = pools.get("decode")
@@ -69,7 +72,7 @@ async def serve_disaggregated(
     if prefill is None or not prefill.endpoints:
         opened = await forwarder.open(call, decode, raw)
         return await forwarder.relay(call, opened, {"x-llmfleet-prefill-endpoint": "none"})
-    prefilled = await forwarder.open(call, prefill, json.dumps(prefill_body(body)).encode())
+    prefilled = await forwarder.open(call, prefill, prefill_body(raw))
     answer = await forwarder.read_json(call, prefilled)
     params = answer.get("kv_transfer_params")
     status = prefilled.response.status_code
@@ -85,5 +88,5 @@ async def serve_disaggregated(
             ),
             "upstream_error",
         )
-    opened = await forwarder.open(call, decode, json.dumps(decode_body(body, params)).encode())
+    opened = await forwarder.open(call, decode, decode_body(raw, params))
     return await forwarder.relay(call, opened, {"x-llmfleet-prefill-endpoint": prefilled.url})

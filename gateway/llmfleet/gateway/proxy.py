@@ -3,6 +3,8 @@
 Contracts:
 - A connect error, a response that breaks before its headers, or a 5xx status is retried once on
   another endpoint of the same pool; after the first byte reached the client nothing is retried.
+  A read timeout (headers, or a stream's next chunk) is answered 504 (or ends the stream with an
+  error event), not retried, and ejects the endpoint at once: it is hung.
 - Every `begin` on the endpoint table is matched by exactly one `end` (in `finally` blocks), also
   when the client leaves mid-stream: the in-flight counts feed routing.
 - A stream whose engine fails mid-way ends with one SSE error event, never a hang; a client that
@@ -11,17 +13,15 @@ Contracts:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import httpx
+import orjson
 from starlette.responses import Response, StreamingResponse
 
-from llmfleet.core.loopback import NonLocalConnectError
 from llmfleet.gateway.discovery import Pool, Role, Service
 from llmfleet.gateway.endpoints import EndpointTable
 from llmfleet.gateway.errors import error_response, stream_error_event
@@ -30,6 +30,13 @@ from llmfleet.gateway.openai_request import ParsedRequest
 from llmfleet.gateway.routing.base import RoutingRequest
 from llmfleet.gateway.routing.registry import PluginOptions, Scheduler
 from llmfleet.gateway.settings import GatewaySettings
+from llmfleet.gateway.upstream import (
+    Upstream,
+    UpstreamError,
+    UpstreamRefusedNonLocal,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
 
 log = logging.getLogger("llmfleet.gateway")
 
@@ -61,8 +68,12 @@ class Call:
     """The caller's priority class (its tenant's, or lower by the `x-llmfleet-priority` header)."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """The client's request headers (lower-case names), for policies that read hints."""
-    overhead: float = 0.0
-    """Seconds spent in the gateway so far (excluding waits on engines)."""
+    read_at: float | None = None
+    """When the client's body was read (perf_counter); the first upstream send observes the
+    time since as the gateway's `request` overhead, then clears it."""
+    answered_at: float | None = None
+    """When a whole (not streamed) upstream answer's last byte was read: the start of the
+    gateway's `response` overhead."""
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Close the engine streams opened for this call; the gateway runs them when the client's
     response is over (or was never sent), so a stream that a policy wrapped but nobody read is
@@ -79,10 +90,9 @@ class Call:
     def retarget(self, service: Service, body: dict[str, Any]) -> Call:
         """A copy of this call for another service (a cascade tier, a degradation target) with
         `body` (already naming that service's model) as its upstream body."""
-        parsed = replace(self.parsed, body=body, model=service.model)
+        parsed = self.parsed.with_body(body, service.model)
         routing = replace(self.routing, model=service.model)
-        return replace(self, service=service, parsed=parsed, routing=routing,
-                       raw=json.dumps(body).encode())  # fmt: skip
+        return replace(self, service=service, parsed=parsed, routing=routing, raw=parsed.raw)
 
 
 @dataclass
@@ -91,7 +101,7 @@ class Opened:
 
     url: str
     pool: Role
-    response: httpx.Response
+    response: UpstreamResponse
     tokens: int
     closed: bool = False
     """Set by `Forwarder.close`: the response is closed and accounted for."""
@@ -110,17 +120,16 @@ class Forwarder:
     def __init__(
         self,
         settings: GatewaySettings,
-        client: httpx.AsyncClient,
+        upstream: Upstream,
         table: EndpointTable,
         metrics: GatewayMetrics,
     ) -> None:
         self.settings = settings
-        self.client = client
+        self.upstream = upstream
         self.table = table
         self.metrics = metrics
         self._schedulers: dict[tuple[str, Role], Scheduler] = {}
         self._pool_in_flight: dict[tuple[str, Role], int] = {}
-        self._timeouts: dict[float, httpx.Timeout] = {}
         profile = settings.profiles[settings.profile]
         self._profile = profile
         self._options = PluginOptions(bounded_load_factor=settings.bounded_load_factor)
@@ -156,13 +165,8 @@ class Forwarder:
                 "rejected",
             )
 
-    def _timeout(self, call: Call) -> httpx.Timeout:
-        read = call.service.limits.timeout_seconds or self.settings.request_timeout_seconds
-        timeout = self._timeouts.get(read)
-        if timeout is None:
-            timeout = httpx.Timeout(read, connect=self.settings.connect_timeout_seconds)
-            self._timeouts[read] = timeout
-        return timeout
+    def _read_timeout(self, call: Call) -> float:
+        return call.service.limits.timeout_seconds or self.settings.request_timeout_seconds
 
     async def open(self, call: Call, pool: Pool, body: bytes) -> Opened:
         """Send `body` to an endpoint of `pool` chosen by the profile; retry once elsewhere."""
@@ -170,10 +174,10 @@ class Forwarder:
         labels = call.labels(pool.role)
         tried: set[str] = set()
         errors: list[str] = []
-        headers = {"content-type": "application/json", "x-request-id": call.request_id}
+        headers = (("Content-Type", "application/json"), ("X-Request-Id", call.request_id))
         tokens = call.routing.tokens
+        read_timeout = self._read_timeout(call)
         for attempt in range(ATTEMPTS):
-            started = time.perf_counter()
             urls = [url for url in pool.endpoints if url not in tried]
             candidate = self.scheduler(call.service.model, pool.role).pick(
                 call.routing, self.table.candidates(urls)
@@ -184,30 +188,28 @@ class Forwarder:
             tried.add(url)
             if attempt:
                 self.metrics.pool(labels).retries.inc()
-            request = self.client.build_request(
-                "POST", url + call.path, content=body, headers=headers, timeout=self._timeout(call)
-            )
             self._begin(call, pool.role, url, tokens)
-            call.overhead += time.perf_counter() - started
+            if call.read_at is not None:
+                self.metrics.overhead(call.path, "request").observe(
+                    time.perf_counter() - call.read_at
+                )
+                call.read_at = None
             try:
-                response = await self.client.send(request, stream=True)
-            except httpx.TimeoutException as error:
+                response = await self.upstream.send(url + call.path, body, headers, read_timeout)
+            except UpstreamTimeout as error:  # sent, but no answer in time: a hung engine
                 self._end(call, pool.role, url, tokens)
-                if isinstance(error, httpx.ConnectTimeout):
-                    errors.append(self._failed(call, pool.role, url, f"connect timeout: {error}"))
-                    continue
+                reason = f"no answer in {read_timeout:g}s: {error}"
+                self._failed(call, pool.role, url, reason, hung=True)
                 raise Failure(
                     error_response(504, f"the engine at {url} did not answer in time"), "timeout"
                 ) from None
-            except NonLocalConnectError as error:  # never sent: logged once per endpoint
+            except UpstreamRefusedNonLocal as error:  # never sent: logged once per endpoint
                 self._end(call, pool.role, url, tokens)
                 errors.append(f"{url}: {error}")
                 continue
-            except httpx.HTTPError as error:  # refused, reset before the headers, ...
+            except UpstreamError as error:  # refused, reset before the headers, ...
                 self._end(call, pool.role, url, tokens)
-                errors.append(
-                    self._failed(call, pool.role, url, f"{type(error).__name__}: {error}")
-                )
+                errors.append(self._failed(call, pool.role, url, str(error)))
                 continue
             except BaseException:  # cancelled (the client left): keep the counts right
                 self._end(call, pool.role, url, tokens)
@@ -246,9 +248,9 @@ class Forwarder:
     def finish(self, call: Call, opened: Opened) -> None:
         self._end(call, opened.pool, opened.url, opened.tokens)
 
-    def _failed(self, call: Call, pool: Role, url: str, reason: str) -> str:
+    def _failed(self, call: Call, pool: Role, url: str, reason: str, *, hung: bool = False) -> str:
         log.warning("request_id=%s endpoint=%s failed: %s", call.request_id, url, reason)
-        if self.table.failed(url):
+        if self.table.failed(url, hung=hung):
             self.metrics.pool(call.labels(pool)).ejections.inc()
             log.warning("endpoint=%s ejected for %ss", url, self.settings.eject_seconds)
         return f"{url}: {reason}"
@@ -257,7 +259,7 @@ class Forwarder:
         """The whole JSON body of an upstream response (the prefill step of P/D)."""
         try:
             data = await opened.response.aread()
-        except httpx.HTTPError as error:
+        except UpstreamError as error:
             self._failed(call, opened.pool, opened.url, f"reading the response: {error}")
             raise Failure(
                 error_response(502, f"the engine at {opened.url} broke off its answer"),
@@ -267,7 +269,7 @@ class Forwarder:
             await opened.response.aclose()
             self.finish(call, opened)
         try:
-            value = json.loads(data)
+            value = orjson.loads(data)
         except ValueError:
             value = None
         if not isinstance(value, dict):
@@ -290,21 +292,21 @@ class Forwarder:
         """The client's response: the engine's bytes, streamed when the engine streams."""
         upstream = opened.response
         headers = self._headers(call, opened, extra)
-        media_type = upstream.headers.get("content-type", "application/json")
+        media_type = upstream.content_type
         labels = call.labels(opened.pool)
         if not (call.parsed.stream and upstream.status_code == 200):
             try:
                 data = await upstream.aread()
-            except httpx.HTTPError as error:
+            except UpstreamError as error:
                 self._failed(call, opened.pool, opened.url, f"reading the response: {error}")
                 self.metrics.pool(labels).outcome("upstream_error").inc()
                 return error_response(502, f"the engine at {opened.url} broke off its answer")
             finally:
                 await upstream.aclose()
                 self.finish(call, opened)
-            started = time.perf_counter()
+            call.answered_at = time.perf_counter()
             response = Response(data, upstream.status_code, headers, media_type)
-            self._done(call, labels, _outcome(upstream.status_code), time.perf_counter() - started)
+            self._done(call, labels, _outcome(upstream.status_code))
             return response
         relay = _Relay(self, call, opened, labels)
         call.closers.append(relay.aclose)
@@ -317,16 +319,13 @@ class Forwarder:
             return
         opened.closed = True
         self.finish(call, opened)
-        self._done(call, call.labels(opened.pool), outcome, 0.0)
+        self._done(call, call.labels(opened.pool), outcome)
         await opened.response.aclose()
 
-    def _done(
-        self, call: Call, labels: tuple[str, str, str, str], outcome: str, extra: float
-    ) -> None:
+    def _done(self, call: Call, labels: tuple[str, str, str, str], outcome: str) -> None:
         pool = self.metrics.pool(labels)
         pool.outcome(outcome).inc()
         pool.e2e.observe(time.perf_counter() - call.arrived)
-        pool.overhead.observe(call.overhead + extra)
 
 
 class _Relay:
@@ -355,20 +354,18 @@ class _Relay:
         if self._over or self._opened.closed:
             raise StopAsyncIteration
         if self._chunks is None:
-            upstream = self._opened.response
-            # A transport may hand over a body it already read (httpx.MockTransport does).
-            chunks = (
-                _once(upstream.content) if upstream.is_stream_consumed else upstream.aiter_raw()
-            )
-            self._chunks = chunks.__aiter__()
+            self._chunks = self._opened.response.aiter_raw().__aiter__()
         try:
             chunk = await anext(self._chunks)
         except StopAsyncIteration:
             await self._end("ok")
             raise
-        except httpx.HTTPError as error:
+        except UpstreamError as error:  # broken, or stalled past the read timeout
             opened = self._opened
-            self._forwarder._failed(self._call, opened.pool, opened.url, f"mid-stream: {error}")
+            self._forwarder._failed(
+                self._call, opened.pool, opened.url, f"mid-stream: {error}",
+                hung=isinstance(error, UpstreamTimeout),
+            )  # fmt: skip
             await self._end("stream_error")
             message = f"the engine at {opened.url} failed mid-stream ({type(error).__name__})"
             return stream_error_event(502, message, "upstream_stream_error")
@@ -389,10 +386,6 @@ class _Relay:
     async def _end(self, outcome: str) -> None:
         self._over = True
         await self._forwarder.close(self._call, self._opened, outcome)
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
 
 
 def _outcome(status: int) -> str:

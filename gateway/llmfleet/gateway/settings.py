@@ -93,7 +93,10 @@ class GatewaySettings(LoopbackSettings):
     retry_after_seconds: int = 1
     """`Retry-After` sent with 429 and 503 answers."""
     eject_after_failures: int = 3
-    """Consecutive failures (connect errors, 5xx) after which an endpoint is ejected."""
+    """Consecutive failures (connect errors, 5xx, broken streams) after which an endpoint is
+    ejected. A read timeout (no answer, or a stream stalled, for the request timeout) ejects
+    it at once: an engine silent that long is hung, and every request sent to it would wait
+    as long."""
     eject_seconds: float = 10.0
     """How long an ejected endpoint receives no traffic (unless every endpoint is ejected)."""
     prefix_block_chars: int = 256
@@ -107,8 +110,8 @@ class GatewaySettings(LoopbackSettings):
     """Idle keep-alive connections kept to all engines together with the httpx upstream client
     (the aiohttp one keeps every idle connection for 30 s)."""
     upstream_client: Literal["aiohttp", "httpx"] = "aiohttp"
-    """Wire to the engines: aiohttp behind httpx's API (about 4x less CPU per request here), or
-    httpx's own transport."""
+    """Wire to the engines: aiohttp's connection pool straight (`upstream.py`), or httpx's own
+    stack (about 4x the CPU per request here)."""
     coalesce_max_lag_chunks: int = Field(default=1024, ge=1)
     """A reader of a coalesced stream that falls this many chunks behind the shared upstream
     (chunks that arrived since it joined and it has not taken) is dropped with an SSE error
@@ -116,5 +119,23 @@ class GatewaySettings(LoopbackSettings):
     coalesce_window_entries: int = Field(default=1024, ge=0)
     """Finished answers kept to answer identical requests within `traffic.coalesce.windowMs`,
     over all services; beyond it the oldest go first."""
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Largest request body accepted (413 beyond, before reading it when Content-Length says
+    so). 8 MiB holds a million-token text prompt (about 4 MiB) or a 1M-token-id prompt."""
+    body_read_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Longest time to receive a request's whole body once its headers are in (408 beyond)."""
+    header_read_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Longest time from a connection's (or a request's) first byte to its last header line;
+    beyond it the server answers 408 and closes the connection (slow-header clients)."""
+    max_header_bytes: int = Field(default=65_536, ge=1024)
+    """Largest total size of a request's headers (431 and the connection closed beyond)."""
+    max_connections: int | None = Field(default=10_000, ge=1)
+    """Connections (or requests in progress) the server takes at once; beyond, it answers 503.
+    None: no limit."""
+    keepalive_timeout_seconds: int = Field(default=75, gt=0)
+    """An idle keep-alive connection is closed after this long (longer than the usual
+    load balancer's 60 s idle timeout, so the balancer closes first)."""
+    freeze_startup_heap: bool = True
+    """`gc.freeze()` the heap once started, so full collections do not walk it (`gc_pauses`)."""
     log_level: str = "INFO"
     """Python logging level of the gateway."""

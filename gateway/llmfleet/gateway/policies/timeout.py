@@ -96,11 +96,8 @@ class Deadline:
         yield _MARK + events.final_chunks() + _DONE
 
     async def _partial(self, call: Call, next: Handler, deadline: float) -> Response:
-        body = dict(call.parsed.body)
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-        parsed = replace(call.parsed, body=body, stream=True)
-        streamed = replace(call, parsed=parsed, raw=json.dumps(body).encode())
+        parsed = call.parsed.changed({"stream": True, "stream_options": {"include_usage": True}})
+        streamed = replace(call, parsed=parsed, raw=parsed.raw)
         try:
             response = await asyncio.wait_for(next(streamed), _left(deadline))
         except TimeoutError:

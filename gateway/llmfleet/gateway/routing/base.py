@@ -24,6 +24,10 @@ class Candidate:
     """Prompt + max output tokens (estimated) of those requests."""
     ejected: bool = False
     """The endpoint failed repeatedly and is out of rotation for a while."""
+    stale: bool = False
+    """The endpoint's figures were scraped once but are older than `metrics_stale_seconds`:
+    an engine that stopped answering its /metrics (hung, SIGSTOPped) looks idle on figures
+    that are no longer true, so it is not preferred."""
 
 
 @dataclass(frozen=True)

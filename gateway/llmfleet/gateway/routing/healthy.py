@@ -1,6 +1,8 @@
-"""Filter `healthy`: drop ejected endpoints.
+"""Filter `healthy`: drop ejected endpoints, and those whose scraped figures went stale.
 
-    keep c  iff  not c.ejected
+    keep c  iff  not c.ejected and not c.stale     (if that leaves none: not c.ejected)
+
+A stale endpoint stays a candidate when it is all there is (its scraper may be what failed).
 
 When every endpoint is ejected the pipeline ignores the filter's empty answer and routes to all
 of them: a pool that failed as a whole is better probed by traffic than answered with 503.
@@ -15,4 +17,5 @@ from llmfleet.gateway.routing.base import Candidate, RoutingRequest
 
 class HealthyFilter:
     def filter(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> list[Candidate]:
-        return [candidate for candidate in candidates if not candidate.ejected]
+        healthy = [candidate for candidate in candidates if not candidate.ejected]
+        return [candidate for candidate in healthy if not candidate.stale] or healthy

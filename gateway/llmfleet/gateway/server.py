@@ -1,0 +1,118 @@
+"""The gateway's HTTP server: uvicorn (uvloop, httptools) with limits uvicorn lacks.
+
+uvicorn gives a connection limit (`limit_concurrency`: 503 beyond it) and an idle keep-alive
+timeout, but nothing bounds how long a client may take to send its headers or how big they may
+be: 500 slow connections trickling a header byte every few seconds hold 500 sockets for ever.
+`protocol(settings)` subclasses uvicorn's httptools protocol with both:
+- a header-read timeout, armed when a connection opens and when a request's first byte arrives,
+  cancelled when its headers are complete: past it the client gets 408 and the connection closes;
+- a limit on the headers' total size: past it, 431 and the connection closes.
+Both answers are OpenAI-shaped JSON. The body's own limits (size, read timeout) are the app's
+(`app.py`), where the route is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from llmfleet.gateway.errors import error_body
+from llmfleet.gateway.settings import GatewaySettings
+
+
+def _raw_response(status: int, reason: str, message: str, code: str) -> bytes:
+    body = error_body(status, message, code=code)
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def protocol(settings: GatewaySettings) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with the header limits of `settings`."""
+    timeout = settings.header_read_timeout_seconds
+    limit = settings.max_header_bytes
+    too_slow = _raw_response(
+        408, "Request Timeout", f"the request's headers took longer than {timeout:g}s", "timeout"
+    )
+    too_large = _raw_response(
+        431,
+        "Request Header Fields Too Large",
+        f"the request's headers are larger than {limit} bytes",
+        "headers_too_large",
+    )
+
+    class GatewayProtocol(HttpToolsProtocol):
+        _timer: asyncio.TimerHandle | None = None
+        _header_bytes = 0
+        _oversized = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._timer is None:
+                self._timer = self.loop.call_later(timeout, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._timer = None
+            if not self.transport.is_closing():
+                self.transport.write(too_slow)
+                self.transport.close()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._header_bytes = 0
+            self._arm()
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._header_bytes += len(name) + len(value) + 4
+            if self._header_bytes > limit:
+                self._oversized = True
+                raise ValueError("headers too large")  # the parser stops; see send_400_response
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._oversized:
+                super().send_400_response(msg)
+                return
+            self._disarm()
+            if not self.transport.is_closing():
+                self.transport.write(too_large)
+                self.transport.close()
+
+    return GatewayProtocol
+
+
+def serve(app: Any, settings: GatewaySettings) -> None:
+    """Run `app` until SIGINT/SIGTERM with the gateway's server settings."""
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http=protocol(settings),
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=settings.keepalive_timeout_seconds,
+        access_log=False,
+        log_level=settings.log_level.lower(),
+    )
+    uvicorn.Server(config).run()
