@@ -81,6 +81,56 @@ def test_deployment_pod_template() -> None:
     assert service["spec"]["selector"][L.SERVING] == "true"
 
 
+def _child(kind: str, name: str) -> dict[str, Any]:
+    plan = desired(load("disaggregated"), Observed(service_monitor_crd=True), SETTINGS, NOW)
+    return next(o for o in plan.objects if (o["kind"], o["metadata"]["name"]) == (kind, name))
+
+
+def _engine_container() -> dict[str, Any]:
+    deployment = _child("Deployment", "llama-70b-pd-decode")
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_the_pod_has_vllms_port_and_the_launchers_side_port() -> None:
+    ports = {p["name"]: p["containerPort"] for p in _engine_container()["ports"]}
+    assert ports == {"http": L.ENGINE_PORT, "launcher": L.LAUNCHER_PORT}
+
+
+@pytest.mark.parametrize(
+    ("hook", "path", "port"),
+    [
+        pytest.param("readinessProbe", "/ready", "launcher", id="ready-after-warm-up-until-drain"),
+        pytest.param("livenessProbe", "/health", "http", id="liveness-is-vllms-health"),
+        pytest.param("startupProbe", "/health", "http", id="startup-waits-for-vllm"),
+        pytest.param("preStop", "/drain", "launcher", id="pre-stop-drains"),
+    ],
+)  # fmt: skip
+def test_probes_and_the_pre_stop_hook(hook: str, path: str, port: str) -> None:
+    container = _engine_container()
+    handler = container["lifecycle"][hook] if hook == "preStop" else container[hook]
+    assert handler["httpGet"] == {"path": path, "port": port}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("llama-70b-pd-prefill", id="prefill-pool"),
+        pytest.param("llama-70b-pd-decode", id="decode-pool"),
+        pytest.param("llama-70b-pd-metrics", id="metrics"),
+    ],
+)
+def test_services_target_vllm_itself(name: str) -> None:
+    # The port keeps the name `http`: EndpointSlices carry it, and the gateway looks it up.
+    [port] = _child("Service", name)["spec"]["ports"]
+    assert port == {"name": "http", "port": L.ENGINE_PORT, "targetPort": "http"}
+
+
+def test_prometheus_scrapes_vllm_itself() -> None:
+    [endpoint] = _child("ServiceMonitor", "llama-70b-pd-metrics")["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+
+
 def test_runtime_config_changes_roll_the_pods() -> None:
     before = desired(load("unified"), Observed(), SETTINGS, NOW)
     changed = load("unified").model_copy(deep=True)

@@ -34,8 +34,8 @@ CASES = [
         cfg(),
         expect={
             "--served-model-name": "meta-llama/Llama-3.1-8B-Instruct",
-            "--host": "127.0.0.1",
-            "--port": "8001",
+            "--host": "0.0.0.0",
+            "--port": "8000",
             "--tensor-parallel-size": "1",
             "--kv-cache-dtype": "fp8",
             "--enable-prefix-caching": None,
@@ -264,12 +264,13 @@ CASES = [
         cfg(
             model={**MODEL, "servedName": "llama-8b", "revision": "main"},
             runtime={"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]},
-            serving={"enginePort": 9001, "drainGraceSeconds": 45},
+            serving={"port": 9001, "host": "127.0.0.1", "drainGraceSeconds": 45},
         ),
         expect={
             "--served-model-name": "llama-8b",
             "--revision": "main",
             "--port": "9001",
+            "--host": "127.0.0.1",
             "--shutdown-timeout": "0",
         },
         env={"VLLM_LOGGING_LEVEL": "DEBUG"},

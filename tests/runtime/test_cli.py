@@ -61,6 +61,8 @@ BAD = [
         "runtime.maxNumSeqs: Input should be greater than or equal to 1"),
     Bad("unknown-field", "model: {name: m}\nruntme: {}\n", ExitCode.BAD_CONFIG,
         "runtme: Extra inputs are not permitted"),
+    Bad("engine-port-is-the-side-port", "model: {name: m}\nport: 8001\n", ExitCode.BAD_CONFIG,
+        "serving, with overrides: Value error, port and launcherPort are both 8001"),
     Bad("unknown-gpu-type", "model: {name: m}\nruntime: {gpu: {type: V100}}\n",
         ExitCode.UNKNOWN_GPU, "unknown GPU type 'V100'"),
     Bad("unknown-gpu-from-env", GOOD, ExitCode.UNKNOWN_GPU, "unknown GPU type 'T4'",

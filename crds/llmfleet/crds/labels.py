@@ -17,7 +17,11 @@ CONFIG_HASH = "llmfleet.dev/config-hash"
 """Pod-template annotation: hash of the runtime config, so a config change rolls the pods."""
 
 ENGINE_PORT = 8000
-"""Port of the engine's OpenAI-compatible API (and /metrics) in every engine pod."""
+"""Port of the engine's own OpenAI-compatible API (and /health, /metrics) in every engine pod,
+named `http`: the pool Services target it directly, so a request crosses no proxy in the pod."""
+LAUNCHER_PORT = 8001
+"""The runtime launcher's side port in every engine pod, named `launcher`: readiness (`/ready`)
+and the drain (`/drain`, the preStop hook). It carries no requests."""
 
 
 def pool_service_name(service: str, pool: str) -> str:

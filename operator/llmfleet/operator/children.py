@@ -18,6 +18,11 @@ from llmfleet.operator.settings import OperatorSettings
 
 CONFIG_DIR = "/etc/llmfleet/runtime"
 METRICS_LABEL = "llmfleet.dev/metrics"
+ENGINE_STARTUP_SECONDS = 1800
+"""How long the startup probe lets vLLM load before its /health must answer: the launcher's own
+startup timeout (`serving.startupTimeoutSeconds`), which ends a stuck load with an exit code
+that says so; the kubelet must not kill the pod first."""
+STARTUP_PROBE_PERIOD_SECONDS = 10
 Manifest = dict[str, Any]
 
 
@@ -55,6 +60,7 @@ def runtime_config(service: InferenceService, pool: str) -> dict[str, Any]:
         "namespace": service.metadata["namespace"],
         "role": pool,
         "port": L.ENGINE_PORT,
+        "launcherPort": L.LAUNCHER_PORT,
         "model": spec.model.to_wire() | {"servedName": spec.served_name},
         "runtime": spec.runtime.to_wire(),
         "slo": spec.slo.to_wire(),
@@ -89,12 +95,15 @@ def deployment(
     node_selector |= pool_spec.node_selector
     tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     tolerations += [toleration.to_wire() for toleration in pool_spec.tolerations]
-    probe_port = {"port": "http"}
     container = {
         "name": "engine",
         "image": spec.runtime.image or settings.runtime_image,
         "command": ["llmfleet-runtime", "serve", "--config", f"{CONFIG_DIR}/{pool}.json"],
-        "ports": [{"name": "http", "containerPort": L.ENGINE_PORT, "protocol": "TCP"}],
+        # `http` is vLLM itself (the Services target it); `launcher` carries no requests.
+        "ports": [
+            {"name": "http", "containerPort": L.ENGINE_PORT, "protocol": "TCP"},
+            {"name": "launcher", "containerPort": L.LAUNCHER_PORT, "protocol": "TCP"},
+        ],
         "env": [env.to_wire() for env in spec.runtime.env]
         + [
             {"name": "LLMFLEET_DRAIN_SECONDS", "value": str(settings.drain_seconds)},
@@ -106,19 +115,28 @@ def deployment(
             "limits": {GPU_RESOURCE: str(gpus)},
         },
         "volumeMounts": [{"name": "runtime-config", "mountPath": CONFIG_DIR, "readOnly": True}],
-        # Ready only after the engine is healthy and warmed up (the launcher decides).
-        "readinessProbe": {"httpGet": {"path": "/ready", **probe_port}, "periodSeconds": 2},
+        # Ready only after the engine is healthy and warmed up, and no longer once it drains
+        # (the launcher decides, on its side port).
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": "launcher"},
+            "periodSeconds": 2,
+        },
+        # vLLM's own /health: 503 once its engine core is dead; no answer in 5 s, hung.
         "livenessProbe": {
-            "httpGet": {"path": "/health", **probe_port},
+            "httpGet": {"path": "/health", "port": "http"},
             "periodSeconds": 10,
+            "timeoutSeconds": 5,
             "failureThreshold": 6,
         },
         # Model load and CUDA-graph capture take minutes; liveness starts counting after it.
         "startupProbe": {
-            "httpGet": {"path": "/health", **probe_port},
-            "periodSeconds": 5,
-            "failureThreshold": 120,
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
+            "failureThreshold": ENGINE_STARTUP_SECONDS // STARTUP_PROBE_PERIOD_SECONDS,
         },
+        # The drain: the launcher turns not ready (the EndpointSlices drop the pod) and answers
+        # once vLLM has nothing in flight or LLMFLEET_DRAIN_SECONDS have passed; SIGTERM after.
+        "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": "launcher"}}},
     }
     return {
         "apiVersion": "apps/v1",
@@ -139,7 +157,8 @@ def deployment(
                     "annotations": {L.CONFIG_HASH: config_hash},
                 },
                 "spec": {
-                    # Long enough for the launcher to drain in-flight requests after SIGTERM.
+                    # The preStop drain (LLMFLEET_DRAIN_SECONDS at most), then vLLM's exit
+                    # after SIGTERM (the launcher's engineStopSeconds, 10), with room to spare.
                     "terminationGracePeriodSeconds": settings.drain_seconds + 30,
                     "nodeSelector": node_selector,
                     "tolerations": tolerations,
@@ -157,6 +176,8 @@ def deployment(
 
 
 def pool_service(service: InferenceService, pool: str) -> Manifest:
+    """The pool's Service: serving pods only, straight to vLLM's port (`http`). The gateway
+    reads its EndpointSlices, whose port keeps the Service port's name, `http`."""
     selector = {L.SERVICE: service.metadata["name"], L.POOL: pool, L.SERVING: "true"}
     return {
         "apiVersion": "v1",
@@ -182,7 +203,8 @@ def disruption_budget(service: InferenceService, pool: str) -> Manifest:
 
 
 def metrics_service(service: InferenceService) -> Manifest:
-    """Headless Service over every engine pod, spares included, for Prometheus to scrape."""
+    """Headless Service over every engine pod, spares included, for Prometheus to scrape vLLM's
+    own /metrics on its port (`http`)."""
     metadata = _meta(service, child_name(service, "metrics"))
     metadata["labels"][METRICS_LABEL] = "true"
     return {

@@ -253,8 +253,9 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
     model = config.model
     tp, parallel = _parallelism(config, gpu)
     launcher = [
-        Option("--host", ("127.0.0.1",), Origin.LAUNCHER),
-        Option("--port", (str(config.serving.engine_port),), Origin.LAUNCHER),
+        # The engine serves the pod's port itself: the pool Service targets it directly.
+        Option("--host", (config.serving.host,), Origin.LAUNCHER),
+        Option("--port", (str(config.serving.port),), Origin.LAUNCHER),
         Option("--served-model-name", (model.served_name or model.name,), Origin.LAUNCHER),
         # vLLM 0.33 can itself wait for in-flight requests on SIGTERM (0 = abort them). The
         # launcher has drained before it signals the engine: whatever is left has outlived the

@@ -49,7 +49,7 @@ def serve(
         typer.Option(
             "--engine-command",
             help="Run this command instead of the planned `vllm serve` (another OpenAI-compatible "
-            "engine, or a test stand-in); `{port}` and `{model}` are replaced.",
+            "engine, or a test stand-in); `{host}`, `{port}` and `{model}` are replaced.",
         ),
     ] = None,
 ) -> None:
@@ -69,10 +69,9 @@ def serve(
         )
         print(f"llmfleet-runtime: {kind.lower()} {text}", file=sys.stderr)
     if engine_command is not None:
-        served = loaded.model.served_name or loaded.model.name
-        words = shlex.split(engine_command)
-        port = str(loaded.serving.engine_port)
-        argv = [w.replace("{port}", port).replace("{model}", served) for w in words]
+        serving, served = loaded.serving, loaded.model.served_name or loaded.model.name
+        fill = {"{host}": serving.host, "{port}": str(serving.port), "{model}": served}
+        argv = [_filled(word, fill) for word in shlex.split(engine_command)]
         plan = EnginePlan(argv, plan.env, plan.decisions, plan.tensor_parallel)
     code = run_serving(loaded, plan)
     raise typer.Exit(int(code))
@@ -113,6 +112,12 @@ def profile(  # noqa: PLR0917  (typer reads options from the parameters)
         raise _fail(error) from None
     out.write_text(result.model_dump_json(indent=2, by_alias=True) + "\n")
     print(f"llmfleet-runtime: wrote {out}", file=sys.stderr)
+
+
+def _filled(word: str, fill: dict[str, str]) -> str:
+    for placeholder, value in fill.items():
+        word = word.replace(placeholder, value)
+    return word
 
 
 def _ints(text: str, option: str) -> list[int]:

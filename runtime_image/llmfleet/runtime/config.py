@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from llmfleet.runtime.errors import ExitCode, LauncherError
@@ -153,17 +153,34 @@ class Warmup(_Model):
 
 class Serving(_Model):
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
-    """Port the pod serves on: the launcher's front, which forwards to the engine."""
-    engine_port: Annotated[int, Field(ge=1, le=65535)] = 8001
-    """Port of the engine itself, bound to 127.0.0.1 only."""
-    host: str = "0.0.0.0"
-    """Address the front binds."""
+    """Port the engine serves the OpenAI API and `/metrics` on: the pod's serving port, which
+    the pool Service targets directly (no proxy in the pod)."""
+    launcher_port: Annotated[int, Field(ge=1, le=65535)] = 8001
+    """The launcher's side port: readiness (`/ready`) and the drain (`/drain`, the pod's preStop
+    hook). It carries no requests."""
+    host: Literal["0.0.0.0", "127.0.0.1"] = "0.0.0.0"
+    """Address the engine and the side port bind: every address of the pod, or loopback only
+    (tests). The launcher itself reaches the engine on 127.0.0.1 either way."""
     startup_timeout_seconds: Annotated[float, Field(gt=0)] = 1800.0
     """How long the engine may take to become healthy (weights download and load, graph
     capture: 1.5-5 min typical, vllm-facts.md; large models far longer)."""
     drain_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
-    """On SIGTERM, how long in-flight requests may run before the engine is stopped; keep it
-    below the pod's terminationGracePeriodSeconds (Kubernetes' default is 30 s)."""
+    """From the start of the drain (preStop hook or SIGTERM), how long in-flight requests may
+    run before they are cut off; keep it below the pod's terminationGracePeriodSeconds
+    (Kubernetes' default is 30 s)."""
+    drain_settle_seconds: Annotated[float, Field(ge=0)] = 3.0
+    """How long the drain waits at least, idle or not: the time for the pod's removal from the
+    EndpointSlices to reach every client (the gateway lists them every second), so a request
+    sent meanwhile still finds the engine up, and is waited for."""
+    engine_stop_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """After SIGTERM, how long the engine may take to exit before SIGKILL: vLLM frees GPU memory
+    and joins its worker processes on shutdown, which takes a few seconds on multi-GPU engines."""
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> Serving:
+        if self.port == self.launcher_port:
+            raise ValueError(f"port and launcherPort are both {self.port}")
+        return self
 
 
 class RuntimeConfig(_Model):
@@ -177,7 +194,11 @@ class RuntimeConfig(_Model):
     namespace: str | None = None
     """Its namespace (in every log line)."""
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
-    """The pod's serving port as the operator renders it; replaces `serving.port`."""
+    """The engine's port as the operator renders it (its container port `http`); replaces
+    `serving.port`."""
+    launcher_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    """The side port as the operator renders it (its container port `launcher`, which the
+    readiness probe and the preStop hook use); replaces `serving.launcherPort`."""
     runtime: Runtime = Runtime()
     kv_transfer: KvTransfer | None = None
     """KV transfer between prefill and decode pools; required for those roles."""
@@ -222,11 +243,11 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Runtime
 
 
 def with_overrides(config: RuntimeConfig, environ: Mapping[str, str]) -> RuntimeConfig:
-    """Fold in the top-level `port` and the operator's `LLMFLEET_DRAIN_SECONDS` env var (the
-    drain grace it also sized the pod's terminationGracePeriodSeconds from)."""
-    serving = config.serving
-    if config.port is not None:
-        serving = serving.model_copy(update={"port": config.port})
+    """Fold in the top-level `port` and `launcherPort` and the operator's
+    `LLMFLEET_DRAIN_SECONDS` env var (the drain grace it also sized the pod's
+    terminationGracePeriodSeconds from)."""
+    ports = {"port": config.port, "launcher_port": config.launcher_port}
+    overrides: dict[str, object] = {k: v for k, v in ports.items() if v is not None}
     drain = environ.get(DRAIN_ENV)
     if drain:
         try:
@@ -235,5 +256,11 @@ def with_overrides(config: RuntimeConfig, environ: Mapping[str, str]) -> Runtime
             raise LauncherError(
                 ExitCode.BAD_CONFIG, f"{DRAIN_ENV}={drain!r} is not a number of seconds"
             ) from None
-        serving = serving.model_copy(update={"drain_grace_seconds": seconds})
+        overrides["drain_grace_seconds"] = seconds
+    try:
+        # Validated again: the overrides must agree with each other and with the file.
+        serving = Serving.model_validate(config.serving.model_dump() | overrides)
+    except ValidationError as error:
+        message = error.errors()[0]["msg"]
+        raise LauncherError(ExitCode.BAD_CONFIG, f"serving, with overrides: {message}") from None
     return config.model_copy(update={"serving": serving})

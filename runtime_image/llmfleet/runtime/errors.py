@@ -25,8 +25,8 @@ class ExitCode(IntEnum):
     """extraArgs contradict the spec, each other, or an option the launcher owns."""
     BAD_SPEC = 8
     """Another invalid value (speculative method, quantization, KV-cache dtype)."""
-    FRONT_FAILED = 9
-    """The serving port cannot be bound (in use, or not allowed)."""
+    SIDE_PORT_FAILED = 9
+    """The launcher's side port (readiness, drain) cannot be bound (in use, or not allowed)."""
     ENGINE_FAILED = 10
     """The engine exited, or did not become healthy within the startup timeout."""
     WARMUP_FAILED = 11

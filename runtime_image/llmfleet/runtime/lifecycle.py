@@ -1,18 +1,27 @@
 """The pod's life cycle around the engine process.
 
-    starting --engine healthy--> warming --warm-up done--> ready --SIGTERM--> draining --> stopped
+    starting --engine healthy--> warming --warm-up done--> ready
+        --/drain or SIGTERM--> draining --SIGTERM--> stopped
 
-- starting: the engine process loads; the front answers 503 on everything but liveness.
-- warming: the warm-up (warmup.py) runs against the engine directly; still not ready.
-- ready: `/health/ready` is 200 and the front forwards traffic.
-- draining (SIGTERM): readiness is 503 and new requests get 503 at once, so the endpoint leaves
-  the Service and the gateway retries elsewhere; requests already in flight run on until both
-  the front's count and the engine's `vllm:num_requests_running + waiting` are zero, or until
-  `serving.drainGraceSeconds`. Then the engine gets SIGTERM (SIGKILL 10 s later).
+The engine serves the pod's port itself (`serving.port`) and every request goes to it directly;
+the launcher answers only on its side port (side_port.py) and never carries a request.
+
+- starting: the engine process loads; `/ready` is 503.
+- warming: the warm-up (warmup.py) runs against the engine; still not ready.
+- ready: `/ready` is 200, so the pod joins its Service's endpoints.
+- draining: begun by the preStop hook's `GET /drain`, or by SIGTERM when nothing called it.
+  `/ready` turns 503 at once, so Kubernetes drops the pod from the EndpointSlices and the gateway
+  stops sending it requests. The drain then waits until the engine's
+  `vllm:num_requests_running + waiting` is 0, at least `serving.drainSettleSeconds` (requests
+  sent before the news reached the gateway are waited for too) and at most
+  `serving.drainGraceSeconds`, and `/drain` answers. The engine keeps running until SIGTERM
+  (which the kubelet sends once the hook has answered); then it gets SIGTERM itself (SIGKILL
+  after `serving.engineStopSeconds`), which cuts off whatever outlived the grace.
+- stopped: the engine is stopped, or stopping; the launcher exits.
 
 Exit codes (errors.ExitCode): 0 after a clean drain (or SIGTERM before ready), DRAIN_TIMEOUT when
-requests were cut off, ENGINE_FAILED when the engine exits or never gets healthy, WARMUP_FAILED.
-The last log line says which, in words.
+requests were still in flight at the drain's end, ENGINE_FAILED when the engine exits or never
+gets healthy, WARMUP_FAILED, SIDE_PORT_FAILED. The last log line says which, in words.
 """
 
 from __future__ import annotations
@@ -37,21 +46,18 @@ from llmfleet.runtime import metrics
 from llmfleet.runtime.args import EnginePlan
 from llmfleet.runtime.config import RuntimeConfig
 from llmfleet.runtime.errors import ExitCode, LauncherError
-from llmfleet.runtime.front import Gate, Phase, StreamCutOffError, create_front
+from llmfleet.runtime.side_port import Gate, Phase, create_side_app
 from llmfleet.runtime.warmup import run_warmup
 
 log = logging.getLogger("llmfleet.runtime")
 
 POLL_SECONDS = 0.1
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# After SIGTERM the engine gets this long to exit before SIGKILL: vLLM frees GPU memory and
-# joins its worker processes on shutdown, which takes a few seconds on multi-GPU engines.
-ENGINE_STOP_SECONDS = 10.0
 
 T = TypeVar("T")
 
 
-class _Front(uvicorn.Server):
+class _SidePort(uvicorn.Server):
     """uvicorn without its own signal handlers (SIGTERM belongs to the supervisor), and whose
     failure to bind ends its task instead of the process (uvicorn calls `sys.exit`)."""
 
@@ -86,13 +92,6 @@ def _die_with_parent() -> None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class _QuietCutOffs(logging.Filter):
-    """Streams cut at the end of the grace period are expected; the drain logs them once."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], StreamCutOffError))
-
-
 class _Stopped(Exception):
     """SIGTERM/SIGINT arrived before the pod was ready."""
 
@@ -106,8 +105,10 @@ class Supervisor:
         self.clock = clock
         self.gate = Gate()
         self.stop = asyncio.Event()
-        self.engine_url = f"http://127.0.0.1:{config.serving.engine_port}"
+        # The engine binds 0.0.0.0 or 127.0.0.1 (config.Serving.host): loopback reaches it.
+        self.engine_url = f"http://127.0.0.1:{config.serving.port}"
         self.served_name = config.model.served_name or config.model.name
+        self._drain_task: asyncio.Task[int | None] | None = None
 
     async def run(self) -> ExitCode:
         loop = asyncio.get_running_loop()
@@ -120,30 +121,33 @@ class Supervisor:
         async with httpx.AsyncClient(
             base_url=self.engine_url, timeout=None, transport=transport
         ) as client:
-            front = _Front(
+            side = _SidePort(
                 uvicorn.Config(
-                    create_front(self.gate, client),
+                    create_side_app(self.gate, lambda: self.drain(client)),
                     host=serving.host,
-                    port=serving.port,
+                    port=serving.launcher_port,
                     log_level="warning",
                     lifespan="off",
                     timeout_graceful_shutdown=2,
                 )
             )
-            logging.getLogger("uvicorn.error").addFilter(_QuietCutOffs())
-            # The front first: a pod that cannot serve its port should not load a model.
-            front_task = asyncio.create_task(front.serve())
-            while not front.started and not front_task.done():
+            # The side port first: a pod whose readiness cannot be answered should not load a
+            # model.
+            side_task = asyncio.create_task(side.serve())
+            while not side.started and not side_task.done():
                 await asyncio.sleep(0.01)
-            if not front.started:
+            if not side.started:
                 # uvicorn has logged why (typically "address already in use").
-                await front_task
-                where = f"{serving.host}:{serving.port}"
-                log.error("cannot serve on %s (see above); exit %d", where, ExitCode.FRONT_FAILED)
-                return ExitCode.FRONT_FAILED
+                await side_task
+                where = f"{serving.host}:{serving.launcher_port}"
+                code = ExitCode.SIDE_PORT_FAILED
+                log.error("cannot serve the side port on %s (see above); exit %d", where, code)
+                return code
             code = await self._with_engine(client, started)
-            front.should_exit = True
-            await front_task
+            if self._drain_task is not None:
+                self._drain_task.cancel()  # under way only when the engine failed meanwhile
+            side.should_exit = True
+            await side_task
         log.info("exit %d (%s)", code, code.name)
         return code
 
@@ -172,6 +176,11 @@ class Supervisor:
         log.info("received %s", signal.Signals(sig).name)
         self.stop.set()
 
+    def _advance(self, phase: Phase) -> None:
+        """Move on to `phase`, unless the drain has begun: a pod going away never turns ready."""
+        if self.gate.phase not in (Phase.DRAINING, Phase.STOPPED):
+            self.gate.phase = phase
+
     async def _life(
         self, engine: asyncio.subprocess.Process, client: httpx.AsyncClient, started: float
     ) -> ExitCode:
@@ -180,7 +189,7 @@ class Supervisor:
                 self._healthy(client), engine, self.config.serving.startup_timeout_seconds
             )
             log.info("engine healthy after %.1fs; warming up", self.clock() - started)
-            self.gate.phase = Phase.WARMING
+            self._advance(Phase.WARMING)
             warmup = self.config.warmup
             sent = await self._until(
                 run_warmup(client, self.served_name, warmup), engine, warmup.timeout_seconds
@@ -188,8 +197,11 @@ class Supervisor:
         except _Stopped:
             log.info("stopped during %s, before the pod was ready", self.gate.phase.value)
             return ExitCode.OK
-        self.gate.phase = Phase.READY
-        log.info("ready after %.1fs (warm-up: %d requests)", self.clock() - started, sent)
+        self._advance(Phase.READY)
+        if self.gate.phase is Phase.READY:
+            log.info("ready after %.1fs (warm-up: %d requests)", self.clock() - started, sent)
+        else:
+            log.info("warmed up, but the drain has begun: the pod stays out of traffic")
         stop = asyncio.create_task(self.stop.wait())
         exited = asyncio.create_task(engine.wait())
         await asyncio.wait({stop, exited}, return_when=asyncio.FIRST_COMPLETED)
@@ -199,7 +211,8 @@ class Supervisor:
                 ExitCode.ENGINE_FAILED, f"engine exited with code {exited.result()} while serving"
             )
         exited.cancel()
-        return await self._drain(client)
+        in_flight = await self.drain(client)
+        return ExitCode.OK if in_flight == 0 else ExitCode.DRAIN_TIMEOUT
 
     async def _until(
         self, work: Awaitable[T], engine: asyncio.subprocess.Process, timeout: float
@@ -239,45 +252,66 @@ class Supervisor:
                         return
             await asyncio.sleep(POLL_SECONDS)
 
-    async def _busy(self, client: httpx.AsyncClient) -> int:
-        """Requests still held: the front's own count, or the engine's gauges if higher."""
-        engine_count: int | None = None
+    async def _in_flight(self, client: httpx.AsyncClient) -> int | None:
+        """The engine's running + waiting requests; None when it does not say (no answer, or no
+        such gauges), which the drain counts as busy."""
         with contextlib.suppress(httpx.HTTPError):
             response = await client.get("/metrics", timeout=2)
             if response.status_code == 200:
-                engine_count = metrics.requests_in_engine(response.text)
-        return max(self.gate.in_flight, engine_count or 0)
+                return metrics.requests_in_engine(response.text)
+        return None
 
-    async def _drain(self, client: httpx.AsyncClient) -> ExitCode:
+    def drain(self, client: httpx.AsyncClient) -> asyncio.Task[int | None]:
+        """The pod's one drain: begun by the first caller (the preStop hook's `/drain`, or
+        SIGTERM), joined by every later one. Its result: the requests still in the engine at its
+        end (0: drained; None: the engine never said)."""
+        if self._drain_task is None:
+            self._drain_task = asyncio.create_task(self._drain(client))
+        return self._drain_task
+
+    async def _drain(self, client: httpx.AsyncClient) -> int | None:
+        was_ready = self.gate.phase is Phase.READY
         self.gate.phase = Phase.DRAINING
-        grace = self.config.serving.drain_grace_seconds
-        deadline = self.clock() + grace
-        busy = await self._busy(client)
-        log.info("draining: %d requests in flight, grace %gs", busy, grace)
-        while busy > 0 and self.clock() < deadline:
+        if not was_ready:
+            # Never ready, never in an EndpointSlice: no client can have found the engine.
+            log.info("draining before the pod was ready: nothing can be in flight")
+            return 0
+        serving = self.config.serving
+        grace = serving.drain_grace_seconds
+        begun = self.clock()
+        settled, deadline = begun + serving.drain_settle_seconds, begun + grace
+        in_flight = await self._in_flight(client)
+        log.info("draining: %s requests in flight, grace %gs", _said(in_flight), grace)
+        while (in_flight != 0 or self.clock() < settled) and self.clock() < deadline:
             await asyncio.sleep(POLL_SECONDS)
-            busy = await self._busy(client)
-        if busy > 0:
+            in_flight = await self._in_flight(client)
+        if in_flight == 0:
+            log.info("drained after %.1fs: no requests in flight", self.clock() - begun)
+        else:
             log.warning(
-                "drain: %d requests still in flight after %gs; cutting them off", busy, grace
-            )
-            return ExitCode.DRAIN_TIMEOUT
-        log.info("drained: no requests in flight")
-        return ExitCode.OK
+                "drain: %s requests still in flight after %gs; stopping the engine cuts them off",
+                _said(in_flight), grace,
+            )  # fmt: skip
+        return in_flight
 
     async def _stop_engine(self, engine: asyncio.subprocess.Process) -> None:
         if engine.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(engine.pid, signal.SIGTERM)
+        patience = self.config.serving.engine_stop_seconds
         try:
-            await asyncio.wait_for(engine.wait(), ENGINE_STOP_SECONDS)
+            await asyncio.wait_for(engine.wait(), patience)
         except TimeoutError:
-            log.warning("engine ignored SIGTERM for %gs; killing it", ENGINE_STOP_SECONDS)
+            log.warning("engine ignored SIGTERM for %gs; killing it", patience)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(engine.pid, signal.SIGKILL)
             await engine.wait()
         log.info("engine stopped (code %s)", engine.returncode)
+
+
+def _said(in_flight: int | None) -> str:
+    return "unknown (the engine does not say)" if in_flight is None else str(in_flight)
 
 
 def identity(config: RuntimeConfig, environ: dict[str, str]) -> str:

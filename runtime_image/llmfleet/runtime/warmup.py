@@ -3,7 +3,8 @@
 First request paths are slow in every engine (lazy kernel selection, first sampler and detokenizer
 calls, allocator growth); the service's system prompts are sent so their KV blocks sit in the
 prefix cache before the first user shares them. One request streams, so the SSE path is warm too.
-Requests go straight to the engine, never through the front (which refuses until ready).
+The launcher sends them to the engine on 127.0.0.1 before the pod is ready, so no client has
+found the engine yet.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The engine behind a local pod: llm-d-inference-sim's command line from the pod's runtime config.
 
-A real engine pod runs the launcher (`llmfleet-runtime serve --config /etc/llmfleet/<pool>.json`)
-in front of vLLM on a GPU. Locally there is no GPU, so the pod runner starts
-llm-d-inference-sim instead, with what the same runtime config says: the served model name, the
-context length, `maxNumSeqs`, the role, and KV-cache simulation with prefix caching
-(`--enable-kvcache`, block size 16), so the engines' `vllm:*` metrics move with the traffic.
+A real engine pod runs the launcher (`llmfleet-runtime serve --config /etc/llmfleet/<pool>.json`),
+which starts vLLM on a GPU on the config's `port` and answers readiness on a side port. Locally
+there is no GPU, so the pod runner starts llm-d-inference-sim on that same `port` instead (its own
+`/health/ready` standing in for the launcher's readiness), with what the same runtime config
+says: the served model name, the context length, `maxNumSeqs`, the role, and KV-cache simulation
+with prefix caching (`--enable-kvcache`, block size 16), so the engines' `vllm:*` metrics move
+with the traffic.
 
 Latency per role (`ROLE_LATENCY`) is a documented stand-in for an 8B-class model on one H100,
 so the pools behave differently: a prefill engine is charged per prompt token; a decode engine
