@@ -17,13 +17,18 @@ the client go.
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 import aiohttp
 import httpx
+from yarl import URL
 
 from llmfleet.core.loopback import LoopbackGuard, NonLocalConnectError, NonLocalRefused
+
+
+_LARGE_BODY = 1 << 20
 
 
 class UpstreamError(Exception):
@@ -111,7 +116,8 @@ class AiohttpUpstream:
         self, guard: LoopbackGuard, *, connect_timeout: float, keepalive_seconds: float = 30.0
     ) -> None:
         self._guard = guard
-        self._allowed: set[str] = set()
+        self._urls: dict[str, URL] = {}
+        """Parsed endpoint URLs (one per endpoint and route; yarl's parsing is not free)."""
         self._connect_timeout = connect_timeout
         self._keepalive = keepalive_seconds
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
@@ -128,15 +134,19 @@ class AiohttpUpstream:
             )
         return self._session
 
-    def _check(self, url: str) -> None:
-        if not self._guard.enabled or url in self._allowed:
-            return
-        try:
-            self._guard.check_url(url, "upstream")
-        except NonLocalRefused as error:
-            raise UpstreamRefusedNonLocal(str(error)) from None
-        if len(self._allowed) < 4096:
-            self._allowed.add(url)
+    def _url(self, url: str) -> URL:
+        """`url` parsed, once it passed the loopback guard (the guard is asked once per URL)."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            try:
+                self._guard.check_url(url, "upstream")
+            except NonLocalRefused as error:
+                raise UpstreamRefusedNonLocal(str(error)) from None
+            parsed = URL(url, encoded=True)
+            if len(self._urls) >= 4096:  # endpoints come and go; start over rather than grow
+                self._urls.clear()
+            self._urls[url] = parsed
+        return parsed
 
     def _timeout(self, read: float) -> aiohttp.ClientTimeout:
         timeout = self._timeouts.get(read)
@@ -150,11 +160,13 @@ class AiohttpUpstream:
     async def send(
         self, url: str, body: bytes, headers: Sequence[tuple[str, str]], read_timeout: float
     ) -> _AiohttpResponse:
-        self._check(url)
+        target = self._url(url)
+        # aiohttp writes bytes in one piece (and warns past 1 MiB); a file-like goes in chunks.
+        data = body if len(body) < _LARGE_BODY else io.BytesIO(body)
         try:
             response = await self._get_session().post(
-                url,
-                data=body,
+                target,
+                data=data,
                 headers=headers,
                 timeout=self._timeout(read_timeout),
                 allow_redirects=False,
