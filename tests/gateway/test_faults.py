@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from llmfleet.crds.policy import LimitsSpec, TrafficSpec
 from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
 from llmfleet.gateway.settings import GatewaySettings
-from tests.gateway.servers import Sim, ThreadServer, free_port, gateway, wait_for
+from tests.gateway.servers import Sim, ThreadServer, free_port, gateway, sims, wait_for
 from tests.gateway.standin import StandIn
 
 MODEL = "m"
@@ -240,3 +241,49 @@ def test_a_stream_never_sent_is_still_closed_and_accounted(timeout: float | None
 
         asyncio.run(run())
         assert engine.client_left.wait(5), "the engine never saw its client leave"
+
+
+def test_an_engine_stopped_with_sigstop_is_ejected_after_its_timeouts(sim_binary: Path) -> None:
+    """A hung engine (SIGSTOP: the kernel still accepts connections, nothing answers) is a
+    failure at each read timeout: after `eject_after_failures` of them it is ejected and the
+    traffic moves to the other engine. Its last scraped figures stay fresh (they make it look
+    idle, as in production), so only the ejection can move the traffic; round-robin sends every
+    other request to it until then."""
+    eject_after = 2
+    with (
+        sims(sim_binary, MODEL, 2) as (stopped, healthy),
+        gateway(
+            _one_pool(stopped.url, healthy.url),
+            profile="round-robin",
+            request_timeout_seconds=1.0,
+            eject_after_failures=eject_after,
+            eject_seconds=600,
+            metrics_stale_seconds=600,
+        ) as server,
+    ):
+        table = server.server.config.app.state.table  # type: ignore[attr-defined]
+        wait_for(
+            lambda: all(table.get(s.url).load is not None for s in (stopped, healthy)) or None,
+            10,
+            "both engines scraped",
+        )
+        url = f"{server.url}/v1/chat/completions"
+        stopped.process.send_signal(signal.SIGSTOP)
+        try:
+            timeouts = 0
+            for _ in range(2 * eject_after):
+                if _counter(server, "llmfleet_gateway_ejections") >= 1:
+                    break
+                response = httpx.post(url, json=BODY, timeout=10)
+                if response.status_code == 504:
+                    timeouts += 1
+                else:  # served by the healthy engine (a retry elsewhere is allowed)
+                    assert response.status_code == 200, response.text
+                    assert response.headers["x-llmfleet-endpoint"] == healthy.url
+            assert _counter(server, "llmfleet_gateway_ejections") == 1
+            assert timeouts <= eject_after
+            after = [httpx.post(url, json=BODY, timeout=10) for _ in range(6)]
+            assert [r.status_code for r in after] == [200] * 6
+            assert {r.headers["x-llmfleet-endpoint"] for r in after} == {healthy.url}
+        finally:
+            stopped.process.send_signal(signal.SIGCONT)
