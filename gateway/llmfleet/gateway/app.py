@@ -398,7 +398,7 @@ class _Gateway:
             except Failure as failure:
                 self.metrics.pool(call.labels(_pool(service))).outcome(failure.outcome).inc()
                 response = failure.response
-            await writer.write(response, call, self.metrics.overhead(call.path, "chunk"))
+            await writer.write(response, self.metrics.overhead(call.path, "chunk"))
             response_overhead = call.answered_at
             if response_overhead is not None and not isinstance(response, StreamingResponse):
                 self.metrics.overhead(call.path, "response").observe(
@@ -507,16 +507,21 @@ def _request_id(given: str | None) -> str:
 class _Writer:
     """Writes a Starlette response to the ASGI `send` without Starlette's per-response
     machinery (its StreamingResponse starts a task group and a disconnect listener; the
-    gateway has one watcher per request already)."""
+    gateway has one watcher per request already). A `send` that fails because the connection
+    is gone raises `_ClientLeft`."""
 
     def __init__(self, send: Send, request_id: str) -> None:
-        self._send = send
+        self._raw_send = send
         self._request_id = request_id.encode()
         self.started = False
 
-    async def write(
-        self, response: Response, call: Call | None = None, chunk_overhead: Any = None
-    ) -> None:
+    async def _send(self, message: Message) -> None:
+        try:
+            await self._raw_send(message)
+        except OSError:  # the server's transport broke under it: the client is gone
+            raise _ClientLeft from None
+
+    async def write(self, response: Response, chunk_overhead: Any = None) -> None:
         headers = response.raw_headers
         if not any(name == b"x-request-id" for name, _ in headers):
             headers = [*headers, (b"x-request-id", self._request_id)]

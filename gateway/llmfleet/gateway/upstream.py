@@ -27,7 +27,6 @@ from yarl import URL
 
 from llmfleet.core.loopback import LoopbackGuard, NonLocalConnectError, NonLocalRefused
 
-
 _LARGE_BODY = 1 << 20
 
 
