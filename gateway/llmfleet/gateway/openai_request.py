@@ -36,6 +36,10 @@ MAX_CONTEXT_TOKENS = 10_485_760
 """The largest context an InferenceService may declare (`engine.maxModelLen`'s bound): any
 token limit above it is capped to it, so no figure the gateway computes can overflow."""
 
+_ID_SAMPLE_BYTES = 65_536
+"""Token-id prompts are counted on this many leading bytes and scaled to the whole length
+(counting every comma of a 100,000-id prompt costs ~0.4 ms; the sample, ~0.03 ms)."""
+
 _Positive = Annotated[int, msgspec.Meta(ge=1)]
 
 
@@ -212,7 +216,8 @@ def _checked_prompt(prompt: msgspec.Raw) -> int:
     if item == ord('"'):
         return len(data) // 4
     if item == ord("[") or item in b"0123456789-":  # token ids: one per comma, roughly
-        return bytes(data).count(b",") + 1
+        sample = bytes(data[:_ID_SAMPLE_BYTES])
+        return sample.count(b",") * len(data) // len(sample) + 1
     raise InvalidRequestError(shape, param="prompt")
 
 
