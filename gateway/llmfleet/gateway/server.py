@@ -1,9 +1,12 @@
 """The gateway's HTTP server: uvicorn (uvloop, httptools) with limits uvicorn lacks.
 
-uvicorn gives a connection limit (`limit_concurrency`: 503 beyond it) and an idle keep-alive
-timeout, but nothing bounds how long a client may take to send its headers or how big they may
-be: 500 slow connections trickling a header byte every few seconds hold 500 sockets for ever.
-`protocol(settings)` subclasses uvicorn's httptools protocol with both:
+uvicorn gives an idle keep-alive timeout, but nothing bounds how long a client may take to send
+its headers or how big they may be: 500 slow connections trickling a header byte every few
+seconds hold 500 sockets for ever. `protocol(settings)` subclasses uvicorn's httptools protocol
+with:
+- a connection limit: a request on a connection beyond `max_connections` open ones is answered
+  503 with `Retry-After` (uvicorn's own `limit_concurrency` counts differently and answers in
+  plain text);
 - a header-read timeout, armed when a connection opens and when a request's first byte arrives,
   cancelled when its headers are complete: past it the client gets 408 and the connection closes;
 - a limit on the headers' total size: past it, 431 and the connection closes.
@@ -39,6 +42,21 @@ def protocol(settings: GatewaySettings) -> type[HttpToolsProtocol]:
     too_slow = _raw_response(
         408, "Request Timeout", f"the request's headers took longer than {timeout:g}s", "timeout"
     )
+    most = settings.max_connections
+    retry = str(settings.retry_after_seconds).encode()
+    busy = error_body(
+        503, f"the gateway has {most} connections open; retry later", code="too_many_connections"
+    )
+
+    async def refuse(scope: Any, receive: Any, send: Any) -> None:
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(busy)).encode()),
+            (b"retry-after", retry),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": busy})
+
     too_large = _raw_response(
         431,
         "Request Header Fields Too Large",
@@ -88,7 +106,14 @@ def protocol(settings: GatewaySettings) -> type[HttpToolsProtocol]:
 
         def on_headers_complete(self) -> None:
             self._disarm()
-            super().on_headers_complete()
+            if most is None or len(self.connections) <= most:
+                super().on_headers_complete()
+                return
+            app, self.app = self.app, refuse  # uvicorn starts `self.app` for this request
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
 
         def send_400_response(self, msg: str) -> None:
             if not self._oversized:
@@ -110,7 +135,6 @@ def serve(app: Any, settings: GatewaySettings) -> None:
         port=settings.port,
         loop="uvloop",
         http=protocol(settings),
-        limit_concurrency=settings.max_connections,
         timeout_keep_alive=settings.keepalive_timeout_seconds,
         access_log=False,
         log_level=settings.log_level.lower(),

@@ -130,8 +130,8 @@ class GatewaySettings(LoopbackSettings):
     max_header_bytes: int = Field(default=65_536, ge=1024)
     """Largest total size of a request's headers (431 and the connection closed beyond)."""
     max_connections: int | None = Field(default=10_000, ge=1)
-    """Connections (or requests in progress) the server takes at once; beyond, it answers 503.
-    None: no limit."""
+    """Connections the server serves at once; a request on one more is answered 503 (with
+    `Retry-After`). None: no limit."""
     keepalive_timeout_seconds: int = Field(default=75, gt=0)
     """An idle keep-alive connection is closed after this long (longer than the usual
     load balancer's 60 s idle timeout, so the balancer closes first)."""
