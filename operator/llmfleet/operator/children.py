@@ -11,9 +11,9 @@ import hashlib
 import json
 from typing import Any
 
-from llmfleet.core.cluster.nodes import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES
 from llmfleet.crds import API_VERSION, KIND, InferenceService
 from llmfleet.crds import labels as L
+from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES
 from llmfleet.operator.settings import OperatorSettings
 
 CONFIG_DIR = "/etc/llmfleet/runtime"

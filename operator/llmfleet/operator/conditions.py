@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from llmfleet.core.cluster.nodes import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES, gpu_type_of
 from llmfleet.crds import Condition, InferenceService
+from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES, gpu_type_of
 from llmfleet.crds.inference_service import ConditionStatus
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.pools import PoolAssignment

@@ -16,50 +16,52 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmfleet.core.cluster.errors import ClusterError
+from llmfleet.crds.gpus import (
+    GPU_COMPUTE_MAJOR_LABEL,
+    GPU_COMPUTE_MINOR_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_FAMILY_LABEL,
+    GPU_MEMORY_LABEL,
+    GPU_PRESENT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    GPU_TYPES,
+    Gpu,
+    gpu_type_of,
+)
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# The GPU facts are the API's (llmfleet.crds.gpus); the local cluster's callers may read the
+# ones it uses from here too.
+__all__ = [
+    "DEFAULT_POOLS",
+    "GPU_PRODUCT_LABEL",
+    "GPU_RESOURCE",
+    "GPU_TYPES",
+    "KWOK_ANNOTATION",
+    "NODE_ROLE_LABEL",
+    "POOLS_SYNTAX",
+    "NodePool",
+    "choose_pools",
+    "format_pools",
+    "gpu_node",
+    "gpu_nodes",
+    "gpu_type",
+    "gpu_type_of",
+    "node_name",
+    "parse_pools",
+    "pool_nodes",
+]
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NODE_ROLE_LABEL = "llmfleet.dev/local-cluster"
 
 
-@dataclass(frozen=True)
-class GpuType:
-    """What NVIDIA's GPU feature discovery would label a node with for this GPU."""
-
-    name: str
-    product: str
-    """`nvidia.com/gpu.product` as GPU feature discovery writes it."""
-    memory_mib: int
-    family: str
-    compute_major: int
-    compute_minor: int
-
-
-# Product strings and memory as GPU feature discovery reports them on the common SKUs.
-GPU_TYPES: dict[str, GpuType] = {
-    gpu.name: gpu
-    for gpu in (
-        GpuType("H100", "NVIDIA-H100-80GB-HBM3", 81559, "hopper", 9, 0),
-        GpuType("H200", "NVIDIA-H200", 143771, "hopper", 9, 0),
-        GpuType("B200", "NVIDIA-B200", 183359, "blackwell", 10, 0),
-        GpuType("A100", "NVIDIA-A100-SXM4-80GB", 81920, "ampere", 8, 0),
-        GpuType("L4", "NVIDIA-L4", 23034, "ada-lovelace", 8, 9),
-    )
-}
-
-
-def gpu_type(name: str) -> GpuType:
+def gpu_type(name: str) -> Gpu:
     """Look a GPU type up by name (case-insensitive), or say which names exist."""
     for known, gpu in GPU_TYPES.items():
         if known.lower() == name.lower():
             return gpu
     raise ClusterError(f"unknown GPU type {name!r}: choose one of {', '.join(GPU_TYPES)}")
-
-
-def gpu_type_of(product: str) -> str:
-    """The GPU type name for an `nvidia.com/gpu.product` value; the value itself if unknown."""
-    return next((gpu.name for gpu in GPU_TYPES.values() if gpu.product == product), product)
 
 
 @dataclass(frozen=True)
@@ -127,11 +129,11 @@ def choose_pools(
     return tuple(replace(pool, gpu_type=gpu_type(pool.gpu_type).name) for pool in chosen)
 
 
-def node_name(gpu: GpuType, index: int) -> str:
+def node_name(gpu: Gpu, index: int) -> str:
     return f"gpu-{gpu.name.lower()}-{index}"
 
 
-def gpu_node(name: str, gpu: GpuType, gpus: int) -> dict[str, Any]:
+def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
     """One fake node with `gpus` GPUs of type `gpu`: capacity, GPU labels and the GPU taint.
 
     The taint `nvidia.com/gpu=present:NoSchedule` is what managed GPU node pools set; the API
@@ -146,13 +148,13 @@ def gpu_node(name: str, gpu: GpuType, gpus: int) -> dict[str, Any]:
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
         NODE_ROLE_LABEL: "gpu",
-        "nvidia.com/gpu.present": "true",
+        GPU_PRESENT_LABEL: "true",
         GPU_PRODUCT_LABEL: gpu.product,
-        "nvidia.com/gpu.count": str(gpus),
-        "nvidia.com/gpu.memory": str(gpu.memory_mib),
-        "nvidia.com/gpu.family": gpu.family,
-        "nvidia.com/gpu.compute.major": str(gpu.compute_major),
-        "nvidia.com/gpu.compute.minor": str(gpu.compute_minor),
+        GPU_COUNT_LABEL: str(gpus),
+        GPU_MEMORY_LABEL: str(gpu.memory_mib),
+        GPU_FAMILY_LABEL: gpu.family,
+        GPU_COMPUTE_MAJOR_LABEL: str(gpu.compute_major),
+        GPU_COMPUTE_MINOR_LABEL: str(gpu.compute_minor),
     }
     capacity = {
         "cpu": str(max(16, gpus * 16)),
