@@ -47,3 +47,10 @@ test: setup lint test-tools  ## every test, the cluster ones included (they star
 e2e: setup test-tools  ## only the end-to-end suite (the whole system, as `llmfleet up` starts it)
 	$(BIN)/llmfleet cluster build
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)
+
+# Not part of setup or test: the gateway benchmark's peers (vllm-router, LiteLLM's proxy), py-spy
+# and the oha load generator, pinned, each in its own venv under ~/.cache/llmfleet/bench-peers/
+# (oha in ~/.cache/llmfleet/bin), never in the project's venv. bench/peers.sh says what it does.
+.PHONY: bench-peers
+bench-peers:  ## peers and tools for bench/gateway_overhead.py (a second run only checks)
+	PYTHON=$(PYTHON) bash bench/peers.sh

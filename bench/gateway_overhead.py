@@ -1,273 +1,523 @@
-"""Benchmark: the latency the gateway adds, side by side with going to the engine directly.
+"""Benchmark: what a gateway adds to every request, llmfleet beside vLLM's router and LiteLLM.
 
-One llm-d-inference-sim engine (zero latency settings, echo mode) is the fake backend; the
-gateway (`llmfleet gateway --static-config`, pinned to CPU 0 when `taskset` exists) sits in
-front of it. Each phase runs the same requests against both in the same run:
+    make bench-peers        # once: vllm-router, LiteLLM's proxy, py-spy, oha (pinned)
+    .venv/bin/llmfleet isolated -- .venv/bin/python bench/gateway_overhead.py [--quick]
 
-1. sequential non-streaming requests (one connection, keep-alive): p50/p99 direct vs gateway;
-2. sequential streaming requests (16 tokens): time to first byte and to the end;
-3. open-loop at a fixed rate (default 600 req/s, DESIGN.md §5's target): p50/p99;
-4. closed-loop with 64 concurrent requests: requests/s (client-bound when equal).
+In one run, against the same fake engines (bench/fake_engine.py: two engines in one process,
+answers in microseconds): `direct` (client -> first engine), `llmfleet` (`llmfleet gateway` of
+this checkout), `vllm-router` and `LiteLLM` (each from its own venv under
+~/.cache/llmfleet/bench-peers/), and with `--baseline REV` the llmfleet gateway of a git
+revision. Every proxy is pinned to one CPU, the engines to another, the load generators (this
+process and oha) to a third where there is one, else beside the engines. Each round runs every
+phase against every target (their order rotating per round); each figure is the median of the
+rounds' figures:
 
-Added latency = gateway minus direct of the same statistic. The gateway's own
-`llmfleet_gateway_overhead_seconds` histogram is printed too (its mean).
+1. open loop, Poisson arrivals, non-streaming chat completions at each `--rates` (100, 300, 600
+   req/s): added p50/p99 (target minus direct of the same round);
+2. open loop, streamed chat completions at `--stream-rate` (150/s): time to first event added;
+3. closed loop with oha (`--connections` 64): answers per second on the gateway's one core, and
+   its latency;
+4. `/v1/completions` with a `--prompt-tokens` (100,000) token-id prompt, one at a time: added
+   median of `--prompt-repeats` (20);
+5. CPU per request of each phase: the proxy's process CPU time (/proc/PID/stat, children
+   included) over the phase divided by the requests sent, and how busy its core was;
+6. garbage collection pauses of the llmfleet gateways per phase (bench/gc_probe.py times every
+   collection; the gateway's own `llmfleet_gateway_gc_pause_seconds`, where it exists, too).
 
-`--baseline REV` also starts the gateway of git revision REV (checked out in a temporary
-worktree, imported ahead of this checkout) in front of the same engine, on the same core, and
-runs every phase against it too: a before/after of a change in one run. The two gateways
-alternate per phase; figures of one run only compare within the run.
-
-    python bench/gateway_overhead.py [--requests 2000] [--rate 600] [--seconds 5] [--baseline REV]
-
-Peers (LiteLLM proxy, vllm-router) are not in this run yet: see the issue note.
+A peer that is not installed or does not start prints "n/a: why". Everything binds 127.0.0.1;
+the run refuses to start outside a loopback-only namespace (`llmfleet isolated`), since a peer
+could try to reach the internet. `--profile DIR` runs no benchmark: it records py-spy flame
+graphs of the llmfleet gateway(s) at 300 req/s instead (bench/_profile.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
-from _support import free_port, pinned, wait_ready
+import orjson
+import uvloop
+from _load import LEAD_IN, ClosedLoop, OpenLoop, Request, arrivals, closed_loop, open_loop
+from _load import sequential as one_at_a_time
+from _profile import record
+from _report import (
+    TROUBLE_SHARE,
+    Measured,
+    Pauses,
+    Rounds,
+    Row,
+    count,
+    histogram_quantiles,
+    ms,
+    pause_table,
+    percent,
+    quantile,
+    table,
+)
+from _targets import (
+    MODEL,
+    OHA,
+    PY_SPY,
+    Absent,
+    Fleet,
+    Pinning,
+    Target,
+    collections,
+    installed_version,
+    process_cpu_seconds,
+    settle,
+    worktree,
+)
 
-from llmfleet.core.cluster import build
-from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
+from llmfleet.core import netns
 
-MODEL = "bench-model"
-BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8}
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def sequential(
-    client: httpx.Client, url: str, n: int, stream: bool
-) -> tuple[list[float], list[float]]:
-    """Per request: (time to first byte, time to the end), in seconds."""
-    body = {**BODY, "max_tokens": 16, "stream": True} if stream else BODY
-    first: list[float] = []
-    total: list[float] = []
-    for _ in range(n):
-        start = time.perf_counter()
-        with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-            chunks = response.iter_raw()
-            next(chunks)
-            first.append(time.perf_counter() - start)
-            for _ in chunks:
-                pass
-        total.append(time.perf_counter() - start)
-        if response.status_code != 200:
-            raise SystemExit(f"{url}: status {response.status_code}")
-    return first, total
-
-
-async def open_loop(url: str, rate: float, seconds: float) -> tuple[list[float], int, float]:
-    """Latencies, errors, and the rate the client really achieved (it may fall behind)."""
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    latencies: list[float] = []
-    errors = 0
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
-
-        async def one() -> None:
-            nonlocal errors
-            start = time.perf_counter()
-            try:
-                response = await client.post("/v1/chat/completions", json=BODY)
-            except httpx.HTTPError:
-                errors += 1
-                return
-            latencies.append(time.perf_counter() - start)
-            errors += response.status_code != 200
-
-        tasks = []
-        begin = time.perf_counter()
-        for i in range(int(rate * seconds)):
-            delay = begin + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one()))
-        sent = time.perf_counter() - begin
-        await asyncio.gather(*tasks)
-    return latencies, errors, len(tasks) / sent
+CHAT = "/v1/chat/completions"
+MESSAGES = [{"role": "user", "content": "hello there"}]
+GC_METRIC = "llmfleet_gateway_gc_pause_seconds_bucket"
+T = TypeVar("T")
 
 
-async def closed_loop(url: str, concurrency: int, seconds: float) -> float:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    done = 0
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
-        deadline = time.perf_counter() + seconds
-
-        async def worker() -> None:
-            nonlocal done
-            while time.perf_counter() < deadline:
-                await client.post("/v1/chat/completions", json=BODY)
-                done += 1
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return done / (time.perf_counter() - start)
-
-
-def row(name: str, values: list[float], unit: Callable[[float], str]) -> None:
-    """One statistic for direct, then each gateway, then what each gateway adds."""
-    direct, gateways = values[0], values[1:]
-    cells = [unit(v) for v in values] + [unit(v - direct) for v in gateways]
-    print(f"  {name:<28}" + "".join(f" {cell:>11}" for cell in cells))
-
-
-def ms(value: float) -> str:
-    return f"{value * 1000:.3f} ms"
-
-
-def overhead_mean(url: str) -> str:
-    text = httpx.get(url + "/metrics").text
-    total = count = 0.0
-    for line in text.splitlines():
-        if line.startswith("llmfleet_gateway_overhead_seconds_sum"):
-            total += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("llmfleet_gateway_overhead_seconds_count"):
-            count += float(line.rsplit(" ", 1)[1])
-    return f"{total / count * 1000:.3f} ms over {count:.0f} requests" if count else "no samples"
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rates", default="100,300,600", help="open-loop req/s, comma-separated")
+    parser.add_argument("--seconds", type=float, default=10, help="per open-loop phase")
+    parser.add_argument("--stream-rate", type=float, default=150)
+    parser.add_argument("--stream-chunks", type=int, default=16)
+    parser.add_argument("--chunk-interval-ms", type=float, default=2.0)
+    parser.add_argument("--connections", type=int, default=64, help="closed loop (oha)")
+    parser.add_argument("--max-seconds", type=float, default=10, help="closed loop duration")
+    parser.add_argument("--prompt-tokens", type=int, default=100_000)
+    parser.add_argument("--prompt-repeats", type=int, default=20)
+    parser.add_argument("--engines", type=int, default=2)
+    parser.add_argument("--routing-profile", default="prefix-load", help="llmfleet's profile")
+    parser.add_argument("--router-policy", default="cache_aware", help="vllm-router's --policy")
+    parser.add_argument("--peers", default="vllm-router,litellm", help="comma-separated, or ''")
+    parser.add_argument("--baseline", metavar="REV", help="also the gateway of this git revision")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        type=Path,
+        help="instead of the benchmark: py-spy flame graphs of the llmfleet gateway(s) at "
+        "--profile-rate req/s into DIR (NAME.svg, NAME-top.txt, NAME.collapsed)",
+    )
+    parser.add_argument("--profile-rate", type=float, default=300)
+    parser.add_argument("--profile-seconds", type=float, default=10)
+    parser.add_argument("--quick", action="store_true", help="a short smoke run: 1 round, 2 s")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.seconds, args.max_seconds, args.prompt_repeats = 1, 2, 2, 5
+        args.profile_seconds = min(args.profile_seconds, 3)
+    args.rates = [float(rate) for rate in args.rates.split(",")]
+    args.peers = [peer for peer in args.peers.split(",") if peer]
+    return args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--rate", type=float, default=600)
-    parser.add_argument("--seconds", type=float, default=5)
-    parser.add_argument("--profile", default="prefix-load")
-    parser.add_argument(
-        "--baseline", metavar="REV", help="also measure the gateway of this git revision"
-    )
-    args = parser.parse_args()
-
-    tool = TOOLS_BY_NAME["llm-d-inference-sim"]
-    build.ensure_tools([tool])
-    sim_port, gw_port = free_port(), free_port()
-    direct = f"http://127.0.0.1:{sim_port}"
-    sim_cmd = [str(build.binary(tool, "llm-d-inference-sim")), "--port", str(sim_port)]
-    sim_cmd += [
-        "--model",
-        MODEL,
-        "--force-dummy-tokenizer",
-        "--mode",
-        "echo",
-        "--max-num-seqs",
-        "1024",
-    ]
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "fleet.yaml"
-        config.write_text(f"models:\n  {MODEL}:\n    unified: [{direct}]\n")
-        gateways = {"gateway": (gw_port, _gateway_command(config, gw_port, args.profile), None)}
+    args = parse_args()
+    problem = netns.isolation_problem()
+    if problem:
+        raise SystemExit(f"gateway_overhead: {problem}")
+    pinning = Pinning.for_this_machine()
+    if pinning.client is not None:
+        os.sched_setaffinity(0, {pinning.client})
+    with tempfile.TemporaryDirectory(prefix="gateway-overhead-") as tmp, ExitStack() as stack:
+        workdir = Path(tmp)
+        source = None
         if args.baseline:
-            base_port = free_port()
-            source = _worktree(args.baseline, Path(tmp) / "baseline")
-            command = _gateway_command(config, base_port, args.profile, source)
-            gateways = {"baseline": (base_port, command, source), **gateways}
-        processes = [
-            subprocess.Popen(
-                pinned(1, sim_cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-        ]
-        for _, command, _source in gateways.values():
-            processes.append(
-                subprocess.Popen(
-                    pinned(0, command), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-                )
-            )
-        try:
-            wait_ready(direct + "/health/ready")
-            urls = {"direct": direct}
-            for name, (port, _, _source) in gateways.items():
-                urls[name] = f"http://127.0.0.1:{port}"
-                wait_ready(urls[name] + "/readyz")
-            run(urls, args)
-        finally:
-            for process in processes:
-                process.terminate()
-                process.wait(timeout=10)
-            if args.baseline:
-                subprocess.run(
-                    ["git", "worktree", "remove", "--force", str(Path(tmp) / "baseline")],
-                    check=False,
-                    capture_output=True,
-                )
+            source = stack.enter_context(worktree(args.baseline, workdir / "baseline"))
+        with Fleet(pinning, workdir) as fleet:
+            engines = fleet.engines(args.engines, args.stream_chunks, args.chunk_interval_ms)
+            targets, absent = start_targets(fleet, engines, args, source)
+            if args.profile:
+                profile(targets, pinning, args)
+                return
+            print(header(targets, absent, pinning, args), flush=True)
+            ledger = Ledger()
+            rounds = [run_round(i, targets, args, pinning, ledger) for i in range(args.rounds)]
+            overhead = {t.name: overhead_mean(t.url) for t in targets if t.gc_file}
+            pauses = {t.name: collections(t) for t in targets if t.gc_file}
+        print(report(rounds, targets, absent, ledger=ledger, pauses=pauses, args=args))
+        for name, mean in overhead.items():
+            print(f"{name}'s own llmfleet_gateway_overhead_seconds: mean {mean}")
 
 
-def _worktree(revision: str, path: Path) -> Path:
-    """A checkout of `revision` at `path` (a detached git worktree of this repository)."""
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", "--quiet", str(path), revision],
-        check=True,
-        cwd=Path(__file__).resolve().parents[1],
+def start_targets(
+    fleet: Fleet, engines: list[str], args: argparse.Namespace, source: Path | None
+) -> tuple[list[Target], dict[str, str]]:
+    targets = [Target("direct", engines[0])]
+    absent: dict[str, str] = {}
+
+    def current() -> Target | Absent:
+        return fleet.llmfleet("llmfleet", engines, args.routing_profile)
+
+    candidates: list[Callable[[], Target | Absent]] = [current]
+    if source is not None:
+        candidates.append(lambda: fleet.llmfleet("baseline", engines, args.routing_profile, source))
+    if "vllm-router" in args.peers and not args.profile:
+        candidates.append(lambda: fleet.vllm_router(engines, args.router_policy))
+    if "litellm" in args.peers and not args.profile:
+        candidates.append(lambda: fleet.litellm(engines))
+    for start in candidates:
+        started = start()
+        if isinstance(started, Absent):
+            absent[started.name] = started.reason
+        else:
+            targets.append(started)
+    if not OHA.exists():
+        absent["oha"] = f"{OHA} missing (make bench-peers): no closed-loop figures"
+    return targets, absent
+
+
+def header(
+    targets: list[Target], absent: dict[str, str], pinning: Pinning, args: argparse.Namespace
+) -> str:
+    cores = os.cpu_count()
+    lines = [
+        f"machine: {cores} CPUs ({platform.machine()}); {pinning.describe()}",
+        f"fake engines: {args.engines} in one process (uvloop + httptools), streams of "
+        f"{args.stream_chunks} chunks {args.chunk_interval_ms:g} ms apart",
+        f"rounds: {args.rounds}; open loop {args.seconds:g} s per phase (+{LEAD_IN:g} s lead-in); "
+        f"closed loop {args.max_seconds:g} s; python {platform.python_version()}, "
+        f"aiohttp {installed_version('aiohttp')} client on uvloop; {oha_version()}",
+    ]
+    lines += [f"{t.name}: {t.url} {t.version}" for t in targets if t.name != "direct"]
+    lines += [f"{name}: n/a: {reason}" for name, reason in absent.items()]
+    return "\n".join(lines)
+
+
+def oha_version() -> str:
+    if not OHA.exists():
+        return "oha missing"
+    done = subprocess.run([str(OHA), "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+@dataclass
+class Ledger:
+    """When each phase ran against each llmfleet gateway, and its own GC histogram's growth."""
+
+    windows: list[tuple[str, str, float, float]] = field(default_factory=list)
+    """(target, phase, start, end) on time.monotonic()."""
+    histograms: dict[str, dict[str, list[dict[float, float]]]] = field(default_factory=dict)
+    """phase -> target -> the histogram's increase over each round's phase."""
+
+
+def run_round(
+    index: int, targets: list[Target], args: argparse.Namespace, pinning: Pinning, ledger: Ledger
+) -> dict[str, dict[str, Measured]]:
+    shift = index % len(targets)
+    order = targets[shift:] + targets[:shift]
+    chat = orjson.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
+    streamed = orjson.dumps({"model": MODEL, "messages": MESSAGES, "stream": True})
+    prompt = orjson.dumps(
+        {"model": MODEL, "prompt": prompt_ids(args.prompt_tokens), "max_tokens": 1}
     )
-    return path
+    if index == 0:
+        for target in targets:  # connections, caches, the first requests' imports
+            asyncio_run(one_at_a_time(request(target, CHAT, chat), 200, warm=0))
+            asyncio_run(one_at_a_time(request(target, "/v1/completions", prompt), 2, warm=0))
+    phases: dict[str, dict[str, Measured]] = {}
+
+    def measure(phase: str, work: Callable[[Target], tuple[Measured, int]]) -> None:
+        phases[phase] = {}
+        for target in order:
+            phases[phase][target.name] = observe(target, phase, work, ledger)
+            print(f"  round {index + 1}: {phase} {target.name} done", file=sys.stderr, flush=True)
+
+    for rate in args.rates:
+        schedule = arrivals(rate, args.seconds, seed=index * 7919 + int(rate))
+        measure(f"{rate:g} req/s", partial(plain, body=chat, schedule=schedule))
+    schedule = arrivals(args.stream_rate, args.seconds, seed=index * 7919 + 1)
+    measure(f"{args.stream_rate:g} streams/s", lambda t: streams(t, streamed, schedule))
+    if OHA.exists():
+        client = pinning.prefix(pinning.client)
+        seconds, connections = args.max_seconds, args.connections
+        measure("closed loop", lambda t: saturate(t, chat, connections, seconds, client))
+    repeats = args.prompt_repeats
+    measure(f"{args.prompt_tokens} tokens", lambda t: long_prompt(t, prompt, repeats))
+    return phases
 
 
-def _gateway_command(
-    config: Path, port: int, profile: str, source: Path | None = None
-) -> list[str]:
-    """`llmfleet gateway` of this checkout, or of the checkout at `source` (its packages put
-    ahead of the editable install on sys.path)."""
-    args = ["--static-config", str(config), "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--profile", profile]
-    if source is None:
-        return [str(Path(sys.executable).parent / "llmfleet"), "gateway", *args]
-    roots = [str(source / part) for part in ("core", "crds", "gateway")]
-    code = (
-        f"import sys; sys.path[:0] = {roots!r}; sys.argv = ['llmfleet-gateway', *{args!r}]; "
-        "from llmfleet.gateway.cli import main; main()"
+def observe(
+    target: Target, phase: str, work: Callable[[Target], tuple[Measured, int]], ledger: Ledger
+) -> Measured:
+    """Run one phase against one target; add its process's CPU per request and core share;
+    then wait for the target to go idle."""
+    before = gc_histogram(target)
+    cpu = process_cpu_seconds(target.pid) if target.pid else 0.0
+    start = time.monotonic()
+    measured, requests = work(target)
+    end = time.monotonic()
+    if target.pid:
+        used = process_cpu_seconds(target.pid) - cpu
+        measured.values["cpu"] = used / max(requests, 1)
+        measured.values["busy"] = used / (end - start)
+    if target.gc_file:
+        ledger.windows.append((target.name, phase, start, end))
+        after = gc_histogram(target)
+        if before is not None and after is not None:
+            grown = {le: after[le] - before.get(le, 0.0) for le in after}
+            ledger.histograms.setdefault(phase, {}).setdefault(target.name, []).append(grown)
+    if target.pid:
+        settle(target.pid)
+    return measured
+
+
+def plain(target: Target, body: bytes, schedule: list[float]) -> tuple[Measured, int]:
+    result = asyncio_run(open_loop(request(target, CHAT, body), schedule, stream=False))
+    return latency_figures(result), result.sent
+
+
+def streams(target: Target, body: bytes, schedule: list[float]) -> tuple[Measured, int]:
+    result = asyncio_run(open_loop(request(target, CHAT, body), schedule, stream=True))
+    measured = latency_figures(result)
+    measured.values["ttft50"] = quantile(result.first_bytes, 0.5)
+    measured.values["ttft99"] = quantile(result.first_bytes, 0.99)
+    return measured, result.sent
+
+
+def latency_figures(result: OpenLoop) -> Measured:
+    failed = result.errors + result.dropped
+    return Measured(
+        {
+            "p50": quantile(result.latencies, 0.5),
+            "p99": quantile(result.latencies, 0.99),
+            "failed": failed,
+        },
+        trouble=failed > TROUBLE_SHARE * max(result.counted, 1),
     )
-    return [sys.executable, "-c", code]
 
 
-def run(urls: dict[str, str], args: argparse.Namespace) -> None:
-    names = list(urls)
-    gateways = names[1:]
-    header = names + [f"+{name}" for name in gateways]
-    print(f"{'':<30}" + "".join(f" {name:>11}" for name in header))
-    targets = list(urls.values())
-    with httpx.Client(timeout=30) as client:
-        for url in targets:  # warm-up: connections, caches
-            sequential(client, url, 200, stream=False)
-        half = args.requests // 2
-        results: dict[str, list[float]] = {url: [] for url in targets}
-        for _ in range(2):  # interleave halves so drift on a shared machine hits all
-            for url in targets:
-                results[url] += sequential(client, url, half, stream=False)[1]
-        print(f"sequential non-streaming ({args.requests} each)")
-        for name, q in (("p50", 0.5), ("p99", 0.99)):
-            row(name, [quantile(results[url], q) for url in targets], ms)
-        first: dict[str, list[float]] = {}
-        total: dict[str, list[float]] = {}
-        for url in targets:
-            first[url], total[url] = sequential(client, url, half, stream=True)
-        print(f"sequential streaming, 16 tokens ({half} each)")
-        row("first byte p50", [statistics.median(first[url]) for url in targets], ms)
-        row("whole stream p50", [statistics.median(total[url]) for url in targets], ms)
-        row("whole stream p99", [quantile(total[url], 0.99) for url in targets], ms)
-    paced = {url: asyncio.run(open_loop(url, args.rate, args.seconds)) for url in targets}
-    print(f"open loop at {args.rate:.0f} req/s for {args.seconds:.0f} s")
-    for name, q in (("p50", 0.5), ("p99", 0.99)):
-        row(name, [quantile(paced[url][0], q) for url in targets], ms)
-    print("  errors: " + ", ".join(f"{n} {paced[u][1]}" for n, u in urls.items()))
-    achieved = " / ".join(f"{paced[url][2]:.0f}" for url in targets)
-    print(f"  rate the client achieved ({' / '.join(names)}): {achieved} req/s; below target = "
-          "client-bound")  # fmt: skip
-    rps = {url: asyncio.run(closed_loop(url, 64, args.seconds)) for url in targets}
-    print("closed loop, 64 concurrent")
-    row("requests/s", [rps[url] for url in targets], lambda v: f"{v:.0f}")
-    for name in gateways:
-        print(f"{name}'s own overhead histogram: mean {overhead_mean(urls[name])}")
+def saturate(
+    target: Target, body: bytes, connections: int, seconds: float, pin: list[str]
+) -> tuple[Measured, int]:
+    result: ClosedLoop = closed_loop(OHA, request(target, CHAT, body), connections, seconds, pin)
+    figures = {"rps": result.requests_per_second, "p50": result.p50, "p99": result.p99}
+    trouble = result.failed > TROUBLE_SHARE * max(result.ok + result.failed, 1)
+    return Measured({**figures, "failed": result.failed}, trouble), result.ok + result.failed
+
+
+def long_prompt(target: Target, body: bytes, repeats: int) -> tuple[Measured, int]:
+    latencies, errors = asyncio_run(
+        one_at_a_time(request(target, "/v1/completions", body), repeats)
+    )
+    median = statistics.median(latencies) if latencies else float("nan")
+    measured = Measured({"median": median, "failed": errors}, trouble=errors > 0)
+    return measured, repeats + 2
+
+
+def prompt_ids(tokens: int) -> list[int]:
+    """Token ids as a tokenizer would give them (spread over a 32k vocabulary)."""
+    return [(i * 7919) % 32000 + 100 for i in range(tokens)]
+
+
+def request(target: Target, path: str, body: bytes) -> Request:
+    headers = {"content-type": "application/json", **target.headers}
+    return Request(target.url + path, body, headers)
+
+
+def asyncio_run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a load coroutine on uvloop (the client's own cost stays small)."""
+    return uvloop.run(coroutine)
+
+
+def gc_histogram(target: Target) -> dict[float, float] | None:
+    """The gateway's `llmfleet_gateway_gc_pause_seconds` buckets {le: count}, summed over
+    generations; None when it does not export it."""
+    if not target.gc_file:
+        return None
+    buckets: dict[float, float] = {}
+    for line in httpx.get(target.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(GC_METRIC):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets or None
+
+
+def overhead_mean(url: str) -> str:
+    total = number = 0.0
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("llmfleet_gateway_overhead_seconds_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("llmfleet_gateway_overhead_seconds_count"):
+            number += float(line.rsplit(" ", 1)[1])
+    return f"{total / number * 1000:.3f} ms over {number:.0f} requests" if number else "no samples"
+
+
+def report(
+    rounds: Rounds,
+    targets: list[Target],
+    absent: dict[str, str],
+    *,
+    ledger: Ledger,
+    pauses: dict[str, list[tuple[float, int, float]]],
+    args: argparse.Namespace,
+) -> str:
+    columns = [t.name for t in targets]
+    missing = {name: why for name, why in absent.items() if name != "oha"}
+    rates = [f"{rate:g} req/s" for rate in args.rates]
+    stream = f"{args.stream_rate:g} streams/s"
+    prompt = f"{args.prompt_tokens} tokens"
+    loads = [*rates, stream, "closed loop", prompt]
+    tables = [
+        table(
+            "\nNon-streaming chat completions, open-loop Poisson: latency (direct) and added "
+            "(proxy minus direct)",
+            [
+                row
+                for rate in rates
+                for row in (
+                    Row(f"{rate} p50", rate, "p50", ms, added=True),
+                    Row(f"{rate} p99", rate, "p99", ms, added=True),
+                    Row(f"{rate} failed or dropped", rate, "failed", count),
+                )
+            ],
+            rounds,
+            columns,
+            missing,
+        ),
+        table(
+            f"\nStreaming chat completions, open-loop Poisson at {stream} ({args.stream_chunks} "
+            f"chunks {args.chunk_interval_ms:g} ms apart): time to first event, added",
+            [
+                Row("TTFT p50", stream, "ttft50", ms, added=True),
+                Row("TTFT p99", stream, "ttft99", ms, added=True),
+                Row("whole stream p50", stream, "p50", ms, added=True),
+                Row("whole stream p99", stream, "p99", ms, added=True),
+                Row("failed or dropped", stream, "failed", count),
+            ],
+            rounds,
+            columns,
+            missing,
+        ),
+        table(
+            f"\nMaximum requests/s on one core: closed loop, oha with {args.connections} "
+            "connections (proxy core under ~90% busy: bound by the engines' or client's core)",
+            [
+                Row("requests/s", "closed loop", "rps", count, ratio=True),
+                Row("latency p50", "closed loop", "p50", ms),
+                Row("latency p99", "closed loop", "p99", ms),
+                Row("proxy core busy", "closed loop", "busy", percent, direct=False),
+                Row("failed", "closed loop", "failed", count),
+            ],
+            rounds,
+            columns,
+            absent if "oha" in absent else missing,
+        ),
+        table(
+            f"\n/v1/completions with a {args.prompt_tokens}-token-id prompt, one at a time: "
+            f"median of {args.prompt_repeats}",
+            [
+                Row("latency (added)", prompt, "median", ms, added=True),
+                Row("failed", prompt, "failed", count),
+            ],
+            rounds,
+            columns,
+            missing,
+        ),
+        table(
+            "\nCPU per request: the proxy process's CPU time over the phase / requests sent; "
+            "core busy: CPU time / phase wall time",
+            [Row(f"{load} CPU/request", load, "cpu", ms, direct=False) for load in loads]
+            + [Row(f"{load} core busy", load, "busy", percent, direct=False) for load in loads],
+            rounds,
+            columns,
+            missing,
+        ),
+    ]
+    tables.append(gc_report(pauses, ledger, args.rounds))
+    return "\n".join(tables)
+
+
+def gc_report(
+    pauses: dict[str, list[tuple[float, int, float]]], ledger: Ledger, rounds: int
+) -> str:
+    """Pauses per phase from the collection logs, and the gateways' own histogram if any."""
+    logged: dict[str, dict[str, Pauses]] = {}
+    for name, phase, start, end in ledger.windows:
+        phase_pauses = logged.setdefault(phase, {}).setdefault(name, Pauses())
+        for at, generation, seconds in pauses.get(name, []):
+            if start <= at < end:
+                phase_pauses.durations.append(seconds)
+                if generation == 2:
+                    phase_pauses.full.append(seconds)
+    text = pause_table(
+        "\nGarbage collection pauses in the llmfleet gateways (bench/gc_probe.py: every "
+        "collection timed through gc.callbacks)",
+        logged,
+        rounds,
+        list(pauses),
+    )
+    lines = [text]
+    for phase, by_name in ledger.histograms.items():
+        for name, grown in by_name.items():
+            merged: dict[float, float] = {}
+            for histogram in grown:
+                for le, number in histogram.items():
+                    merged[le] = merged.get(le, 0.0) + number
+            total, p50, p99, top = histogram_quantiles(merged)
+            seen = f"p50 <= {ms(p50)}, p99 <= {ms(p99)}, max <= {ms(top)}" if total else "none"
+            lines.append(
+                f"  {name} {phase}: llmfleet_gateway_gc_pause_seconds {total / rounds:.0f} "
+                f"per round, {seen}"
+            )
+    if len(lines) == 1:
+        lines.append("  (no gateway exports llmfleet_gateway_gc_pause_seconds)")
+    return "\n".join(lines)
+
+
+def profile(targets: list[Target], pinning: Pinning, args: argparse.Namespace) -> None:
+    """py-spy on each llmfleet gateway in turn under `--profile-rate` req/s open-loop load."""
+    if not PY_SPY.exists():
+        raise SystemExit(f"{PY_SPY} missing: run `make bench-peers`")
+    args.profile.mkdir(parents=True, exist_ok=True)
+    body = orjson.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
+    pin = pinning.prefix(pinning.client)
+    for target in targets:
+        if not target.pid:
+            continue
+        asyncio_run(one_at_a_time(request(target, CHAT, body), 200, warm=0))
+        schedule = arrivals(args.profile_rate, 2 * args.profile_seconds + 2, seed=1)
+
+        result, files = asyncio_run(load_and_record(target, schedule, body, args, pin))
+        p50, p99 = quantile(result.latencies, 0.5), quantile(result.latencies, 0.99)
+        failed = result.errors + result.dropped
+        print(f"{target.name} ({target.version}) at {args.profile_rate:g} req/s under py-spy: "
+              f"p50 {ms(p50)}, p99 {ms(p99)}, failed or dropped {failed}")  # fmt: skip
+        for path in files:
+            print(f"  wrote {path}")
+        print(files[-1].read_text())
+
+
+async def load_and_record(
+    target: Target, schedule: list[float], body: bytes, args: argparse.Namespace, pin: list[str]
+) -> tuple[OpenLoop, list[Path]]:
+    """The open loop, and py-spy (twice, one after the other) once the lead-in is over."""
+    assert target.pid is not None
+    loading = asyncio.create_task(open_loop(request(target, CHAT, body), schedule, stream=False))
+    await asyncio.sleep(LEAD_IN + 1)
+    files = await record(
+        PY_SPY, target.pid, args.profile, target.name, seconds=args.profile_seconds, pin=pin
+    )
+    return await loading, files
 
 
 if __name__ == "__main__":

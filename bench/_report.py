@@ -1,0 +1,144 @@
+"""Tables of bench/gateway_overhead.py: one per figure, rows = metrics, columns = targets.
+
+Each cell is the median over rounds of a per-round figure. An "added" row shows, per round, the
+target's statistic minus direct's of the same round, then the median of those; direct's own
+column shows its absolute value. A figure taken while more than 1% of the phase's requests
+failed or were dropped (the target could not keep up) is marked with "!".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+TROUBLE_SHARE = 0.01
+WIDTH = 14
+
+
+@dataclass
+class Measured:
+    """One phase against one target in one round: named figures, and whether it was in trouble."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    trouble: bool = False
+
+
+Rounds = list[dict[str, dict[str, Measured]]]
+"""Per round: phase -> target name -> Measured."""
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value * 1000:.2f} ms"
+
+
+def added_ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value * 1000:+.2f} ms"
+
+
+def count(value: float) -> str:
+    return f"{value:.0f}"
+
+
+def percent(value: float) -> str:
+    return f"{value * 100:.0f}%"
+
+
+@dataclass
+class Row:
+    label: str
+    phase: str
+    metric: str
+    unit: Callable[[float], str]
+    added: bool = False
+    """Show target - direct (direct itself absolute)."""
+    ratio: bool = False
+    """Also show the target's value as a share of direct's."""
+    direct: bool = True
+    """Whether direct has this figure (CPU of a proxy: it has not)."""
+
+
+def table(
+    title: str, rows: list[Row], rounds: Rounds, columns: list[str], absent: dict[str, str]
+) -> str:
+    lines = [title, f"  {'':<30}" + "".join(f"{name:>{WIDTH}}" for name in columns)]
+    for row in rows:
+        cells = [_cell(row, rounds, name, absent) for name in columns]
+        lines.append(f"  {row.label:<30}" + "".join(f"{cell:>{WIDTH}}" for cell in cells))
+    for name, reason in absent.items():
+        lines.append(f"  {name}: n/a: {reason}")
+    return "\n".join(lines)
+
+
+def _cell(row: Row, rounds: Rounds, name: str, absent: dict[str, str]) -> str:
+    if name in absent:
+        return "n/a"
+    if name == "direct" and not row.direct:
+        return "-"
+    per_round = [r[row.phase] for r in rounds if name in r.get(row.phase, {})]
+    if not per_round:
+        return "-"
+    values = [m[name].values.get(row.metric, float("nan")) for m in per_round]
+    trouble = "!" if any(m[name].trouble for m in per_round) else ""
+    if row.added and name != "direct":
+        directs = [m["direct"].values.get(row.metric, float("nan")) for m in per_round]
+        return (
+            added_ms(statistics.median(v - d for v, d in zip(values, directs, strict=True)))
+            + trouble
+        )
+    value = statistics.median(values)
+    text = row.unit(value) + trouble
+    if row.ratio and name != "direct":
+        direct = statistics.median(m["direct"].values[row.metric] for m in per_round)
+        text += f" ({value / direct:.2f}x)" if direct else ""
+    return text
+
+
+@dataclass
+class Pauses:
+    """Garbage collection pauses (seconds) seen during one phase, pooled over rounds."""
+
+    durations: list[float] = field(default_factory=list)
+    full: list[float] = field(default_factory=list)
+    """Generation 2 (full) collections only."""
+
+
+def pause_table(
+    title: str, phases: dict[str, dict[str, Pauses]], rounds: int, names: list[str]
+) -> str:
+    """Rows per phase: collections per round, p50, p99 and max pause; columns = `names`."""
+    lines = [title, f"  {'':<30}" + "".join(f"{name:>{WIDTH}}" for name in names)]
+    for phase, by_name in phases.items():
+        figures: list[tuple[str, Callable[[Pauses], str]]] = [
+            ("collections/round", lambda p: f"{len(p.durations) / rounds:.0f}"),
+            ("pause p50", lambda p: ms(quantile(p.durations, 0.5))),
+            ("pause p99", lambda p: ms(quantile(p.durations, 0.99))),
+            ("pause max", lambda p: ms(max(p.durations, default=float("nan")))),
+            ("full (gen 2)/round", lambda p: f"{len(p.full) / rounds:.1f}"),
+            ("full max", lambda p: ms(max(p.full, default=float("nan")))),
+        ]
+        for label, figure in figures:
+            cells = [figure(by_name[name]) if name in by_name else "-" for name in names]
+            lines.append(f"  {phase + ' ' + label:<30}" + "".join(f"{c:>{WIDTH}}" for c in cells))
+    return "\n".join(lines)
+
+
+def histogram_quantiles(buckets: dict[float, float]) -> tuple[float, float, float, float]:
+    """(count, p50, p99, max) of a Prometheus histogram's cumulative buckets {le: count}, each
+    quantile as the upper bound of the bucket it falls in (max: the lowest bound holding all)."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+
+    def upper(share: float) -> float:
+        for bound in bounds:
+            if buckets[bound] >= share * total:
+                return bound
+        return float("nan")
+
+    return total, upper(0.5), upper(0.99), upper(1.0)
