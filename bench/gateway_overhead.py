@@ -43,7 +43,6 @@ import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,20 +53,7 @@ import uvloop
 from _load import LEAD_IN, ClosedLoop, OpenLoop, Request, arrivals, closed_loop, open_loop
 from _load import sequential as one_at_a_time
 from _profile import record
-from _report import (
-    TROUBLE_SHARE,
-    Measured,
-    Pauses,
-    Rounds,
-    Row,
-    count,
-    histogram_quantiles,
-    ms,
-    pause_table,
-    percent,
-    quantile,
-    table,
-)
+from _report import TROUBLE_SHARE, Ledger, Measured, ms, quantile, report
 from _targets import (
     MODEL,
     OHA,
@@ -153,7 +139,8 @@ def main() -> None:
             rounds = [run_round(i, targets, args, pinning, ledger) for i in range(args.rounds)]
             overhead = {t.name: overhead_mean(t.url) for t in targets if t.gc_file}
             pauses = {t.name: collections(t) for t in targets if t.gc_file}
-        print(report(rounds, targets, absent, ledger=ledger, pauses=pauses, args=args))
+        columns = [target.name for target in targets]
+        print(report(rounds, columns, absent, ledger=ledger, pauses=pauses, args=args))
         for name, mean in overhead.items():
             print(f"{name}'s own llmfleet_gateway_overhead_seconds: mean {mean}")
 
@@ -207,16 +194,6 @@ def oha_version() -> str:
         return "oha missing"
     done = subprocess.run([str(OHA), "--version"], capture_output=True, text=True, check=False)
     return done.stdout.strip()
-
-
-@dataclass
-class Ledger:
-    """When each phase ran against each llmfleet gateway, and its own GC histogram's growth."""
-
-    windows: list[tuple[str, str, float, float]] = field(default_factory=list)
-    """(target, phase, start, end) on time.monotonic()."""
-    histograms: dict[str, dict[str, list[dict[float, float]]]] = field(default_factory=dict)
-    """phase -> target -> the histogram's increase over each round's phase."""
 
 
 def run_round(
@@ -360,128 +337,6 @@ def overhead_mean(url: str) -> str:
         elif line.startswith("llmfleet_gateway_overhead_seconds_count"):
             number += float(line.rsplit(" ", 1)[1])
     return f"{total / number * 1000:.3f} ms over {number:.0f} requests" if number else "no samples"
-
-
-def report(
-    rounds: Rounds,
-    targets: list[Target],
-    absent: dict[str, str],
-    *,
-    ledger: Ledger,
-    pauses: dict[str, list[tuple[float, int, float]]],
-    args: argparse.Namespace,
-) -> str:
-    columns = [t.name for t in targets]
-    missing = {name: why for name, why in absent.items() if name != "oha"}
-    rates = [f"{rate:g} req/s" for rate in args.rates]
-    stream = f"{args.stream_rate:g} streams/s"
-    prompt = f"{args.prompt_tokens} tokens"
-    loads = [*rates, stream, "closed loop", prompt]
-    tables = [
-        table(
-            "\nNon-streaming chat completions, open-loop Poisson: latency (direct) and added "
-            "(proxy minus direct)",
-            [
-                row
-                for rate in rates
-                for row in (
-                    Row(f"{rate} p50", rate, "p50", ms, added=True),
-                    Row(f"{rate} p99", rate, "p99", ms, added=True),
-                    Row(f"{rate} failed or dropped", rate, "failed", count),
-                )
-            ],
-            rounds,
-            columns,
-            missing,
-        ),
-        table(
-            f"\nStreaming chat completions, open-loop Poisson at {stream} ({args.stream_chunks} "
-            f"chunks {args.chunk_interval_ms:g} ms apart): time to first event, added",
-            [
-                Row("TTFT p50", stream, "ttft50", ms, added=True),
-                Row("TTFT p99", stream, "ttft99", ms, added=True),
-                Row("whole stream p50", stream, "p50", ms, added=True),
-                Row("whole stream p99", stream, "p99", ms, added=True),
-                Row("failed or dropped", stream, "failed", count),
-            ],
-            rounds,
-            columns,
-            missing,
-        ),
-        table(
-            f"\nMaximum requests/s on one core: closed loop, oha with {args.connections} "
-            "connections (proxy core under ~90% busy: bound by the engines' or client's core)",
-            [
-                Row("requests/s", "closed loop", "rps", count, ratio=True),
-                Row("latency p50", "closed loop", "p50", ms),
-                Row("latency p99", "closed loop", "p99", ms),
-                Row("proxy core busy", "closed loop", "busy", percent, direct=False),
-                Row("failed", "closed loop", "failed", count),
-            ],
-            rounds,
-            columns,
-            absent if "oha" in absent else missing,
-        ),
-        table(
-            f"\n/v1/completions with a {args.prompt_tokens}-token-id prompt, one at a time: "
-            f"median of {args.prompt_repeats}",
-            [
-                Row("latency (added)", prompt, "median", ms, added=True),
-                Row("failed", prompt, "failed", count),
-            ],
-            rounds,
-            columns,
-            missing,
-        ),
-        table(
-            "\nCPU per request: the proxy process's CPU time over the phase / requests sent; "
-            "core busy: CPU time / phase wall time",
-            [Row(f"{load} CPU/request", load, "cpu", ms, direct=False) for load in loads]
-            + [Row(f"{load} core busy", load, "busy", percent, direct=False) for load in loads],
-            rounds,
-            columns,
-            missing,
-        ),
-    ]
-    tables.append(gc_report(pauses, ledger, args.rounds))
-    return "\n".join(tables)
-
-
-def gc_report(
-    pauses: dict[str, list[tuple[float, int, float]]], ledger: Ledger, rounds: int
-) -> str:
-    """Pauses per phase from the collection logs, and the gateways' own histogram if any."""
-    logged: dict[str, dict[str, Pauses]] = {}
-    for name, phase, start, end in ledger.windows:
-        phase_pauses = logged.setdefault(phase, {}).setdefault(name, Pauses())
-        for at, generation, seconds in pauses.get(name, []):
-            if start <= at < end:
-                phase_pauses.durations.append(seconds)
-                if generation == 2:
-                    phase_pauses.full.append(seconds)
-    text = pause_table(
-        "\nGarbage collection pauses in the llmfleet gateways (bench/gc_probe.py: every "
-        "collection timed through gc.callbacks)",
-        logged,
-        rounds,
-        list(pauses),
-    )
-    lines = [text]
-    for phase, by_name in ledger.histograms.items():
-        for name, grown in by_name.items():
-            merged: dict[float, float] = {}
-            for histogram in grown:
-                for le, number in histogram.items():
-                    merged[le] = merged.get(le, 0.0) + number
-            total, p50, p99, top = histogram_quantiles(merged)
-            seen = f"p50 <= {ms(p50)}, p99 <= {ms(p99)}, max <= {ms(top)}" if total else "none"
-            lines.append(
-                f"  {name} {phase}: llmfleet_gateway_gc_pause_seconds {total / rounds:.0f} "
-                f"per round, {seen}"
-            )
-    if len(lines) == 1:
-        lines.append("  (no gateway exports llmfleet_gateway_gc_pause_seconds)")
-    return "\n".join(lines)
 
 
 def profile(targets: list[Target], pinning: Pinning, args: argparse.Namespace) -> None:
