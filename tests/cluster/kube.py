@@ -14,6 +14,7 @@ from kubernetes import client, config
 
 from llmfleet.core.cluster import build
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
+from llmfleet.crds import render
 
 T = TypeVar("T")
 
@@ -62,6 +63,15 @@ class Kube:
 
 
 # InferenceService helpers shared by the operator and autoscaler tests.
+
+
+def install_crds(kube: Kube) -> None:
+    """Apply the project's CRDs (InferenceService, kopf's peerings) and wait until they serve."""
+    for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
+        kube.kubectl(
+            "apply", "--server-side", "--field-manager=llmfleet-tests", "-f", str(manifest)
+        )
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{render.CRD_NAME}")
 
 
 def condition(kube: Kube, ns: str, name: str, kind: str = "Ready") -> dict[str, Any]:

@@ -14,8 +14,7 @@ import yaml
 
 from llmfleet.core.cluster.nodes import GPU_TYPES, gpu_node
 from llmfleet.crds import labels as L
-from llmfleet.crds import render
-from tests.cluster.kube import Kube, condition, serving_endpoints, wait_ready
+from tests.cluster.kube import Kube, condition, install_crds, serving_endpoints, wait_ready
 from tests.cluster.operator_process import OperatorProcess
 from tests.crds.cases import SAMPLES, SAMPLES_DIR
 
@@ -36,11 +35,7 @@ with glob patterns it may stop watching a namespace as soon as its deletion star
 @pytest.fixture(scope="module")
 def operator(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     """One operator for the module, watching the namespaces in NAMESPACES."""
-    for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
-        kube.kubectl(
-            "apply", "--server-side", "--field-manager=llmfleet-tests", "-f", str(manifest)
-        )
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{render.CRD_NAME}")
+    install_crds(kube)
     args = [arg for ns in NAMESPACES.values() for arg in ("-n", ns)]
     process = OperatorProcess(
         kube, tmp_path_factory.mktemp("operator") / "operator.log", "--standalone", *args

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -52,6 +53,29 @@ PLURALS = {
     "ServiceMonitor": "servicemonitors",
 }
 """The kinds the operator writes. A fixed table: API discovery costs seconds on every start."""
+
+
+_ESCAPED_IN_YAML = re.compile("[\x7f-\uffff]")
+
+
+def apply_body(manifest: Mapping[str, Any]) -> bytes:
+    """`manifest` as the body of an `application/apply-patch+yaml` request: JSON (which is
+    YAML) that the API server's YAML decoder reads back to exactly the same text.
+
+    NOTE: neither plain way of writing JSON does that for every string:
+    1. `ensure_ascii` writes a character outside the Basic Multilingual Plane (an emoji, a
+       mathematical letter) as a surrogate pair of `\\u` escapes; JSON allows that, YAML does
+       not, and the decoder refuses the body ("found invalid Unicode character escape code").
+    2. Raw UTF-8 everywhere fails the other way: YAML refuses DEL, the C1 controls, U+FFFE and
+       U+FFFF written as themselves, and reads U+0085, U+2028 and U+2029 as line breaks (folded
+       to a space inside a quoted string).
+    So characters beyond the BMP go as UTF-8 and every other non-ASCII or DEL character as a
+    `\\uXXXX` escape, which YAML and JSON read alike. (Controls below U+0020 are escaped by
+    `json.dumps` itself.) `application/apply-patch+cbor` would avoid text altogether, but
+    kube-apiserver v1.36 serves it only behind the alpha feature gate CBORServingAndStorage.
+    """
+    text = json.dumps(manifest, ensure_ascii=False, separators=(",", ":"))
+    return _ESCAPED_IN_YAML.sub(lambda char: f"\\u{ord(char[0]):04x}", text).encode()
 
 
 def _object_path(api_version: str, kind: str, namespace: str | None) -> str:
@@ -223,7 +247,7 @@ class Kube:
         def call() -> None:
             request = self.api.param_serialize(
                 "PATCH", f"{path}/{metadata['name']}", query_params=query,
-                header_params=headers, body=json.dumps(manifest), auth_settings=["BearerToken"],
+                header_params=headers, body=apply_body(manifest), auth_settings=["BearerToken"],
             )  # fmt: skip
             response = self.api.call_api(*request)
             response.read()  # type: ignore[no-untyped-call]
