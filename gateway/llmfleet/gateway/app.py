@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -55,6 +56,7 @@ from llmfleet.gateway.scraper import scrape_forever
 from llmfleet.gateway.settings import GatewaySettings
 from llmfleet.gateway.tenants import Tenants
 from llmfleet.gateway.upstream import AiohttpUpstream, HttpxUpstream, Upstream
+from llmfleet.gateway.wire import WireUpstream
 
 log = logging.getLogger("llmfleet.gateway")
 
@@ -71,6 +73,11 @@ PRIORITIES: tuple[Priority, ...] = ("critical", "standard", "sheddable")
 
 ROUTES = {"/v1/chat/completions": True, "/v1/completions": False}
 """The routes served on the hot path, and whether each is the chat one."""
+
+_ID_PREFIX = os.urandom(8).hex()
+_ID_COUNTER = itertools.count()
+"""Request ids the gateway makes: a random per-process prefix and a counter (32 hex digits,
+unique across replicas; `uuid4` costs a system call per request)."""
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 """A client's `x-request-id` is kept when it is this (printable ASCII, no spaces, short);
@@ -95,8 +102,11 @@ def _discovery_from(settings: GatewaySettings) -> Discovery:
 def _upstream_from(
     settings: GatewaySettings, transport: httpx.AsyncBaseTransport | None, guard: LoopbackGuard
 ) -> Upstream:
-    """aiohttp straight, unless a test passes a transport or the settings ask for httpx."""
+    """The gateway's own client (`wire.py`) unless a test passes a transport or the settings
+    ask for aiohttp or httpx."""
     connect = settings.connect_timeout_seconds
+    if transport is None and settings.upstream_client == "wire":
+        return WireUpstream(guard, connect_timeout=connect)
     if transport is None and settings.upstream_client == "aiohttp":
         return AiohttpUpstream(guard, connect_timeout=connect)
     limits = httpx.Limits(
@@ -498,7 +508,7 @@ def _request_id(given: str | None) -> str:
     """The client's `x-request-id` if it is a sane token, else a new one."""
     if given is not None and _REQUEST_ID.fullmatch(given):
         return given
-    made = uuid.uuid4().hex
+    made = f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
     if given is not None:
         log.info("request_id=%s replaces the client's unusable x-request-id %r", made, given[:64])
     return made

@@ -109,9 +109,10 @@ class GatewaySettings(LoopbackSettings):
     keepalive_connections: int = 4096
     """Idle keep-alive connections kept to all engines together with the httpx upstream client
     (the aiohttp one keeps every idle connection for 30 s)."""
-    upstream_client: Literal["aiohttp", "httpx"] = "aiohttp"
-    """Wire to the engines: aiohttp's connection pool straight (`upstream.py`), or httpx's own
-    stack (about 4x the CPU per request here)."""
+    upstream_client: Literal["wire", "aiohttp", "httpx"] = "wire"
+    """Client to the engines: the gateway's own HTTP/1.1 client on asyncio and httptools
+    (`wire.py`), aiohttp's (`upstream.py`), or httpx's (each about twice the CPU per request of
+    the one before it here; the other two are fallbacks)."""
     coalesce_max_lag_chunks: int = Field(default=1024, ge=1)
     """A reader of a coalesced stream that falls this many chunks behind the shared upstream
     (chunks that arrived since it joined and it has not taken) is dropped with an SSE error
