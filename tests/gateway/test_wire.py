@@ -1,0 +1,208 @@
+"""The gateway's HTTP/1.1 client (`wire.py`) against raw asyncio servers on 127.0.0.1 that
+misbehave on purpose: connections closed as they are reused, bodies delimited by the end of the
+connection, stalls, answers nobody reads, bodies bigger than the read-ahead."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from llmfleet.core.loopback import LoopbackGuard
+from llmfleet.gateway.upstream import UpstreamConnectError, UpstreamResponse, UpstreamTimeout
+from llmfleet.gateway.wire import _HIGH_WATER, WireUpstream
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+HEADERS = (("Content-Type", "application/json"), ("X-Request-Id", "r1"))
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+
+async def _request(reader: asyncio.StreamReader) -> bytes:
+    """One request (head and Content-Length body) off `reader`; b"" when the client closed."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return head + await reader.readexactly(length)
+
+
+@contextlib.asynccontextmanager
+async def _server(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server running `handler(reader, writer, n)` for its n-th connection; yields its URL
+    and the list of connection numbers seen."""
+    seen: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(len(seen))
+        try:
+            await handler(reader, writer, seen[-1])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1/chat/completions", seen
+    finally:
+        server.close()
+
+
+async def _read_all(answer: UpstreamResponse) -> list[bytes]:
+    return [chunk async for chunk in answer.aiter_raw()]
+
+
+def _client() -> WireUpstream:
+    return WireUpstream(LoopbackGuard(True), connect_timeout=2)
+
+
+def test_a_kept_alive_connection_is_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        while await _request(reader):
+            writer.write(OK)
+
+    async def run() -> list[int]:
+        client = _client()
+        async with _server(handler) as (url, seen):
+            for _ in range(3):
+                answer = await client.send(url, b"{}", HEADERS, 5)
+                assert await answer.aread() == b"{}"
+                await answer.aclose()
+            await client.aclose()
+            return seen
+
+    assert asyncio.run(run()) == [0]
+
+
+def test_an_idle_connection_closed_as_it_is_reused_is_retried_once_on_a_new_one() -> None:
+    """The engine reads the second request on the old connection and closes it unanswered
+    (its idle timeout raced the request): the client sends it again on a new connection."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await _request(reader)
+        writer.write(OK)
+        if n == 0:
+            await _request(reader)  # the reused connection's request: dropped, unanswered
+            return
+        while await _request(reader):
+            writer.write(OK)
+
+    async def run() -> list[int]:
+        client = _client()
+        async with _server(handler) as (url, seen):
+            for _ in range(2):
+                answer = await client.send(url, b"{}", HEADERS, 5)
+                assert answer.status_code == 200
+                assert await answer.aread() == b"{}"
+                await answer.aclose()
+            await client.aclose()
+            return seen
+
+    assert asyncio.run(run()) == [0, 1]
+
+
+def test_a_body_delimited_by_the_end_of_the_connection_is_read_whole() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nwhole body")
+        await writer.drain()
+
+    async def run() -> bytes:
+        client = _client()
+        async with _server(handler) as (url, _):
+            answer = await client.send(url, b"{}", HEADERS, 5)
+            body = await answer.aread()
+            await answer.aclose()
+            await client.aclose()
+            return body
+
+    assert asyncio.run(run()) == b"whole body"
+
+
+@pytest.mark.parametrize("stall", ["before-the-head", "mid-body"])
+def test_an_engine_that_stalls_times_out(stall: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await _request(reader)
+        if stall == "mid-body":
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await asyncio.sleep(30)
+
+    async def run() -> None:
+        client = _client()
+        async with _server(handler) as (url, _):
+            try:
+                with pytest.raises(UpstreamTimeout):
+                    await _read_all(await client.send(url, b"{}", HEADERS, 0.3))
+            finally:
+                await client.aclose()
+
+    asyncio.run(asyncio.wait_for(run(), 10))
+
+
+def test_an_answer_closed_unread_closes_its_connection_and_the_engine_sees_it() -> None:
+    engine_saw_close = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        if await reader.read(1) == b"":
+            engine_saw_close.set()
+
+    async def run() -> bool:
+        client = _client()
+        async with _server(handler) as (url, _):
+            answer = await client.send(url, b"{}", HEADERS, 5)
+            await answer.aclose()
+            seen = await asyncio.wait_for(engine_saw_close.wait(), 5)
+            await client.aclose()
+            return seen
+
+    assert asyncio.run(run())
+
+
+def test_a_big_answer_nobody_reads_stops_being_read_from_the_socket() -> None:
+    size = 16 * _HIGH_WATER
+    sent = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        writer.write(b"x" * size)
+        await writer.drain()  # returns only once the client has taken the bytes
+        sent.set()
+
+    async def run() -> tuple[bool, int]:
+        client = _client()
+        async with _server(handler) as (url, _):
+            answer = await client.send(url, b"{}", HEADERS, 5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sent.wait(), 1)
+            drained_unread = sent.is_set()
+            body = await answer.aread()  # reading resumes the socket: all of it arrives
+            await answer.aclose()
+            await client.aclose()
+            return drained_unread, len(body)
+
+    drained_unread, received = asyncio.run(run())
+    assert not drained_unread, "the client read the whole answer into memory unasked"
+    assert received == size
+
+
+def test_a_refused_connection_is_a_connect_error() -> None:
+    async def run() -> None:
+        client = _client()
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(UpstreamConnectError):
+            await client.send(f"http://127.0.0.1:{port}/v1/completions", b"{}", HEADERS, 5)
+        await client.aclose()
+
+    asyncio.run(run())
