@@ -1,5 +1,6 @@
 """Invalid InferenceService manifests and what must be said about each (shared by the unit
-test of the pydantic models and the cluster test against the real API server)."""
+test of the pydantic models, the test of `llmfleet validate` and the cluster test against the
+real API server)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from llmfleet.crds.labels import SERVICE_NAME_MAX_LENGTH
 
 SAMPLES_DIR = Path(__file__).resolve().parents[2] / "e2e" / "samples"
 SAMPLES = sorted(SAMPLES_DIR.glob("*.yaml"))
@@ -31,28 +34,38 @@ DISAGGREGATED = {
 }
 
 
+def changed(changes: dict[str, Any]) -> dict[str, Any]:
+    """BASE with `changes`: dotted path under `spec` (from the top when it starts with
+    `metadata.`) -> new value (None deletes the field)."""
+    manifest = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = manifest if path.startswith("metadata.") else manifest["spec"]
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = copy.deepcopy(value)
+    return manifest
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
     changes: dict[str, Any]
-    """Dotted path under `spec` -> new value (None deletes the field)."""
+    """What makes BASE invalid (see `changed`)."""
     field: str
-    """The field the API server's message must name."""
+    """The field the API server's message and `llmfleet validate`'s line must name."""
     message: str = ""
-    """Words our CEL rule says (empty for schema errors, whose wording is the API server's)."""
+    """Words our rule says: the CEL rule on the API server and its Python twin alike."""
+    api_says: str = ""
+    """For a refusal by the schema, not by our rule: words of the API server's message."""
+    validate_says: str = ""
+    """For a refusal by the schema: words of `llmfleet validate`'s line."""
 
     def manifest(self) -> dict[str, Any]:
-        manifest = copy.deepcopy(BASE)
-        for path, value in self.changes.items():
-            *parents, leaf = path.split(".")
-            node = manifest["spec"]
-            for key in parents:
-                node = node.setdefault(key, {})
-            if value is None:
-                node.pop(leaf, None)
-            else:
-                node[leaf] = copy.deepcopy(value)
-        return manifest
+        return changed(self.changes)
 
     def yaml(self) -> str:
         return yaml.safe_dump(self.manifest())
@@ -131,4 +144,140 @@ CASES = [
          {"traffic": {"cascade": {"tiers": [{"service": "small", "escalateBelowConfidence": 1}]}}},
          "spec.traffic.cascade.tiers[0].escalateBelowConfidence"),
     Case("unknown-field", {"runtime.gpus": 2}, "spec.runtime.gpus"),
+    # Names the children could not carry.
+    Case("name-with-dot", {"metadata.name": "llama-3.1-8b"}, "metadata.name",
+         "metadata.name must be a DNS label"),
+    Case("name-starts-with-digit", {"metadata.name": "8b-llama"}, "metadata.name",
+         "metadata.name must be a DNS label"),
+    Case("name-uppercase", {"metadata.name": "Llama-8B"}, "metadata.name",
+         api_says="a lowercase RFC 1123 subdomain", validate_says="must be a DNS label"),
+    Case("name-too-long", {"metadata.name": "llama-3-1-8b-instruct-" + "x" * 34}, "metadata.name",
+         f"metadata.name must be at most {SERVICE_NAME_MAX_LENGTH} characters"),
+    # Tolerations and env vars a Deployment would refuse.
+    Case("toleration-exists-with-value",
+         {"topology.unified": {"tolerations": [
+             {"key": "dedicated", "operator": "Exists", "value": "llm"}]}},
+         "spec.topology.unified.tolerations[0].value", "operator Exists matches every value"),
+    Case("toleration-equal-without-key",
+         {"topology.unified": {"tolerations": [{"operator": "Equal", "value": "llm"}]}},
+         "spec.topology.unified.tolerations[0].operator", "without key"),
+    Case("toleration-seconds-without-noexecute",
+         {"topology.unified": {"tolerations": [
+             {"key": "spot", "operator": "Exists", "effect": "NoSchedule",
+              "tolerationSeconds": 30}]}},
+         "spec.topology.unified.tolerations[0].tolerationSeconds",
+         "tolerationSeconds needs effect NoExecute"),
+    Case("toleration-operator-lowercase",
+         {"topology.unified": {"tolerations": [{"key": "spot", "operator": "exists"}]}},
+         "spec.topology.unified.tolerations[0].operator",
+         api_says="should match '^(Exists|Equal)$'", validate_says="does not match"),
+    Case("env-name-twice",
+         {"runtime.env": [{"name": "HF_HOME", "value": "/a"}, {"name": "HF_HOME", "value": "/b"}]},
+         "spec.runtime.env", api_says='duplicate entries for key [name="HF_HOME"]',
+         validate_says="env names must be unique: HF_HOME given more than once"),
+    Case("env-value-number", {"runtime.env": [{"name": "VLLM_LOGGING_LEVEL", "value": 1}]},
+         # The API server names a list-map entry by its key, `llmfleet validate` by its index.
+         "spec.runtime.env",
+         api_says='env[name="VLLM_LOGGING_LEVEL"].value: expected string',
+         validate_says="env[0].value: must be a string, not 1"),
+    Case("env-as-mapping", {"runtime.env": {"HF_HOME": "/cache"}}, "spec.runtime.env",
+         api_says="expected list", validate_says="must be a list, not a mapping"),
+    # The GPU budget against what the spec itself asks for.
+    Case("budget-below-replicas", {"autoscaling": {"gpuBudget": 6}},
+         "spec.autoscaling.gpuBudget", "gpuBudget is below what the replicas need"),
+    Case("budget-below-disaggregated-replicas",
+         {"topology": {**DISAGGREGATED, "decode": {"replicas": 2}},
+          "autoscaling": {"enabled": True, "gpuBudget": 8}},
+         "spec.autoscaling.gpuBudget", "gpuBudget is below what the replicas need"),
+    Case("budget-below-min-footprint",
+         {"topology.unified": {"replicas": 0}, "autoscaling": {"enabled": True, "gpuBudget": 2}},
+         "spec.autoscaling.gpuBudget", "gpuBudget is below the minimum footprint"),
+    # Contradictions that would fail only on the cluster.
+    Case("chunked-off-budget-below-context",
+         {"model.maxModelLen": 32768,
+          "runtime.chunkedPrefill": {"enabled": False, "maxBatchedTokens": 8192}},
+         "spec.runtime.chunkedPrefill.maxBatchedTokens",
+         "maxBatchedTokens must be at least model.maxModelLen"),
+    Case("chunked-off-budget-without-context",
+         {"runtime.chunkedPrefill": {"enabled": False, "maxBatchedTokens": 8192}},
+         "spec.model.maxModelLen", "maxBatchedTokens needs model.maxModelLen"),
+    Case("selector-names-another-gpu",
+         {"topology.unified": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}},
+         "spec.topology.unified.nodeSelector", "is not the product of runtime.gpu.type"),
+    Case("decode-selector-names-another-gpu",
+         {"topology": {**DISAGGREGATED, "decode": {
+             "replicas": 1, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}}},
+         "spec.topology.decode.nodeSelector", "is not the product of runtime.gpu.type"),
+    Case("min-above-max", {"topology.unified": {"replicas": 2, "minReplicas": 3, "maxReplicas": 2}},
+         "spec.topology.unified.minReplicas", "minReplicas must not exceed maxReplicas"),
+    # Types and ranges, where the API server's words are poor and `llmfleet validate`'s are not.
+    Case("timeout-with-unit", {"traffic": {"limits": {"timeoutSeconds": "30s"}}},
+         "spec.traffic.limits.timeoutSeconds", api_says="expected numeric (int or float)",
+         validate_says="write the number alone"),
+    Case("stabilization-with-unit", {"autoscaling": {"scaleDownStabilizationSeconds": "5m"}},
+         "spec.autoscaling.scaleDownStabilizationSeconds",
+         api_says="expected numeric (int or float)", validate_says="write the number alone"),
+    Case("replicas-as-string", {"topology.unified": {"replicas": "2"}},
+         "spec.topology.unified.replicas", api_says="expected numeric (int or float)",
+         validate_says='must be a whole number, not the string "2"'),
+    Case("replicas-fraction", {"topology.unified": {"replicas": 1.5}},
+         "spec.topology.unified.replicas", api_says="must be of type integer",
+         validate_says="must be a whole number, not 1.5"),
+    Case("replicas-beyond-int64", {"topology.unified": {"replicas": 10**20}},
+         "spec.topology.unified.replicas", api_says="should be less than or equal to 1000",
+         validate_says="must be at most 1000, not 100000000000000000000"),
+    Case("toleration-seconds-beyond-int64",
+         {"topology.unified": {"tolerations": [
+             {"key": "spot", "operator": "Exists", "effect": "NoExecute",
+              "tolerationSeconds": 2**64}]}},
+         "spec.topology.unified.tolerations[0].tolerationSeconds",
+         api_says="must be of type integer", validate_says=f"must be at most {2**53 - 1}"),
+    Case("max-replicas-zero", {"topology.unified": {"replicas": 0, "maxReplicas": 0}},
+         "spec.topology.unified.maxReplicas", api_says="should be greater than or equal to 1",
+         validate_says="must be at least 1, not 0"),
+    Case("gpu-type-lowercase", {"runtime.gpu.type": "h100"}, "spec.runtime.gpu.type",
+         api_says='Unsupported value: "h100"', validate_says='not the string "h100"'),
+    Case("gpu-as-list", {"runtime.gpu": ["H100", 4]}, "spec.runtime.gpu",
+         api_says="expected map", validate_says="must be a mapping of fields, not a list"),
+    Case("prefix-caching-as-string", {"runtime.prefixCaching": "yes"},
+         "spec.runtime.prefixCaching", api_says="expected boolean",
+         validate_says='must be true or false, not the string "yes"'),
+    Case("replicas-beside-topology", {"replicas": 2}, "spec.replicas",
+         api_says="field not declared in schema", validate_says="unknown field"),
+    Case("selector-value-number", {"topology.unified": {"nodeSelector": {"gpu-count": 8}}},
+         "spec.topology.unified.nodeSelector", api_says="expected string",
+         validate_says="must be a string, not 8"),
+    Case("selector-value-with-space", {"topology.unified": {"nodeSelector": {"pool": "big gpus"}}},
+         "spec.topology.unified.nodeSelector", api_says="in body should match",
+         validate_says='the string "big gpus" does not match'),
+    Case("context-too-short", {"model.maxModelLen": 8}, "spec.model.maxModelLen",
+         api_says="should be greater than or equal to 16", validate_says="must be at least 16"),
+    Case("max-tokens-beyond-any-context", {"traffic": {"limits": {"maxTokens": 20_000_000}}},
+         "spec.traffic.limits.maxTokens", api_says="should be less than or equal to 10485760",
+         validate_says="must be at most 10485760"),
 ]  # fmt: skip
+
+
+VALID_AT_THE_EDGE = {
+    "name-at-the-limit": changed({"metadata.name": "l" + "x" * (SERVICE_NAME_MAX_LENGTH - 1)}),
+    "toleration-exists-without-value": changed({"topology.unified": {"tolerations": [
+        {"operator": "Exists"},
+        {"key": "spot", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60},
+    ]}}),
+    "env-names-once-each": changed({"runtime.env": [
+        {"name": "HF_HOME", "value": "/cache"}, {"name": "HF_HUB_OFFLINE", "value": "1"}]}),
+    "budget-equal-to-replicas": changed({"autoscaling": {"warmSpares": 2, "gpuBudget": 8}}),
+    "budget-equal-to-min-footprint": changed({
+        "topology.unified": {"replicas": 1}, "autoscaling": {"enabled": True, "gpuBudget": 4}}),
+    "budget-with-min-replicas-zero": changed({
+        "topology.unified": {"replicas": 0, "minReplicas": 0},
+        "autoscaling": {"enabled": True, "gpuBudget": 1}}),
+    "chunked-off-budget-equal-to-context": changed({
+        "model.maxModelLen": 8192,
+        "runtime.chunkedPrefill": {"enabled": False, "maxBatchedTokens": 8192}}),
+    "chunked-off-budget-unset": changed({"runtime.chunkedPrefill": {"enabled": False}}),
+    "selector-names-the-same-gpu": changed({"topology.unified": {
+        "replicas": 2, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}),
+    "whole-number-as-float": changed({"topology.unified": {"replicas": 2.0}}),
+}  # fmt: skip
+"""Manifests just inside the rules: admission and `llmfleet validate` accept them."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.crds import render
+from llmfleet.crds import labels, render
 
 
 def walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
@@ -59,6 +59,38 @@ def test_cross_field_rules_are_cel_validations() -> None:
     assert any("tensorParallel" in rule for rule in rules[".spec.runtime"])
     assert any("maxReplicas" in rule for rule in rules[".spec.topology.unified"])
     assert any("isSorted" in rule for rule in rules[".spec.rollout"])
+    assert any("Exists" in rule for rule in rules[".spec.topology.unified.tolerations[]"])
+    assert sum("gpuBudget" in rule for rule in rules[".spec"]) == 2
+    assert any("maxBatchedTokens" in rule for rule in rules[".spec"])
+    assert sum("nvidia.com/gpu.product" in rule for rule in rules[".spec"]) == 3
+
+
+def test_the_name_is_checked_at_the_root() -> None:
+    """CEL reads `metadata.name` only from the root; a fieldPath there must name a declared
+    property, and metadata may declare only name (and generateName)."""
+    root = schema()
+    assert root["properties"]["metadata"] == {
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+    }
+    checks = root["x-kubernetes-validations"]
+    assert [check["fieldPath"] for check in checks] == [".metadata.name", ".metadata.name"]
+    assert any(f"size() <= {labels.SERVICE_NAME_MAX_LENGTH}" in c["rule"] for c in checks)
+
+
+def test_env_is_a_map_keyed_by_name() -> None:
+    env = dict(walk(schema()))[".spec.runtime.env"]
+    assert env["x-kubernetes-list-type"] == "map"
+    assert env["x-kubernetes-list-map-keys"] == ["name"]
+    assert "name" in env["items"]["required"]
+
+
+def test_no_bound_is_past_what_a_float64_holds_exactly() -> None:
+    """The API server checks bounds as float64 and refuses a bound that is no integer there."""
+    for path, node in walk(schema()):
+        for bound in ("minimum", "maximum"):
+            if node.get("type") == "integer" and bound in node:
+                assert abs(node[bound]) <= 2**53 - 1, path
 
 
 def test_defaults_and_enums_reach_the_schema() -> None:

@@ -4,7 +4,8 @@ cross-field rules written once for both the API server (CEL) and Python (pydanti
 A `Rule` holds a CEL expression, the message a person reads when it fails, the field it points
 at, and the same check in Python. The CRD renderer emits the CEL as
 `x-kubernetes-validations`; `ApiModel`'s validator runs the Python check, so the operator and
-the tests reject exactly what `kubectl apply` rejects, with the same words.
+the tests reject exactly what `kubectl apply` rejects, with the same words. A failed check is a
+pydantic error of type `rule` whose context carries the rule's `field_path`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+RULE_ERROR = "rule"
+"""The pydantic error type of a failed `Rule`; its context holds `field_path`."""
 
 
 @dataclass(frozen=True)
@@ -29,20 +34,21 @@ class Rule:
     """JSONPath (relative to the model, e.g. `.maxReplicas`) of the field to blame."""
     reason: str = "FieldValueInvalid"
 
+    def validation(self) -> dict[str, str]:
+        """The rule as one entry of `x-kubernetes-validations`."""
+        return {
+            "rule": self.cel,
+            "message": self.message,
+            **({"fieldPath": self.field_path} if self.field_path else {}),
+            "reason": self.reason,
+        }
+
 
 def _rules_into_schema(schema: dict[str, Any], model: type[Any]) -> None:
     """Carry a model's rules into its JSON schema; the CRD renderer turns them into CEL."""
     rules: tuple[Rule, ...] = getattr(model, "rules", ())
     if rules:
-        schema["x-llmfleet-rules"] = [
-            {
-                "rule": rule.cel,
-                "message": rule.message,
-                **({"fieldPath": rule.field_path} if rule.field_path else {}),
-                "reason": rule.reason,
-            }
-            for rule in rules
-        ]
+        schema["x-llmfleet-rules"] = [rule.validation() for rule in rules]
 
 
 class ApiModel(BaseModel):
@@ -63,7 +69,7 @@ class ApiModel(BaseModel):
     def _check_rules(self) -> Self:
         for rule in type(self).rules:
             if not rule.check(self):
-                raise ValueError(rule.message)
+                raise PydanticCustomError(RULE_ERROR, rule.message, {"field_path": rule.field_path})
         return self
 
     def to_wire(self) -> dict[str, Any]:

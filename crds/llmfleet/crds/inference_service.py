@@ -6,12 +6,16 @@ controller ever writes `spec` (GitOps owns it).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from llmfleet.crds._base import ApiModel, defaulted
+from llmfleet.crds import labels as L
+from llmfleet.crds._base import ApiModel, Rule, defaulted
+from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_TYPES
 from llmfleet.crds.policy import RolloutSpec, TrafficSpec
 from llmfleet.crds.spec import (
     AutoscalingSpec,
@@ -32,6 +36,46 @@ SHORT_NAMES = ("llmsvc",)
 API_VERSION = f"{GROUP}/{VERSION}"
 
 
+def _pool_cel(pool: str) -> str:
+    return f"self.topology.{pool}"
+
+
+def _pools_sum_cel(term: Callable[[str], str]) -> str:
+    """CEL: `term(pool)` summed over the pools the spec runs (a Unified service without a
+    unified pool runs the default one: 1 replica, no minReplicas, so the term is 1)."""
+    prefill, decode = (
+        f"(has({_pool_cel(p)}) ? {term(_pool_cel(p))} : 0)" for p in ("prefill", "decode")
+    )
+    unified = _pool_cel("unified")
+    return (
+        f"(self.topology.mode == 'Disaggregated' ? {prefill} + {decode} : "
+        f"(has({unified}) ? {term(unified)} : 1))"
+    )
+
+
+def _min_replicas_cel(pool: str) -> str:
+    return f"(has({pool}.minReplicas) ? {pool}.minReplicas : 1)"
+
+
+_GPU_PRODUCTS_CEL = "{" + ", ".join(f"'{n}': '{g.product}'" for n, g in GPU_TYPES.items()) + "}"
+_GPU_PRODUCTS_TEXT = ", ".join(f"{n}: {g.product}" for n, g in GPU_TYPES.items())
+
+
+def _product_rule(pool: str) -> Rule:
+    """A pool's nodeSelector may name the GPU product only as `runtime.gpu.type`'s own."""
+    selector = f"{_pool_cel(pool)}.nodeSelector"
+    return Rule(
+        cel=f"!has({_pool_cel(pool)}) || !has({selector}) || "
+        f"!('{GPU_PRODUCT_LABEL}' in {selector}) || "
+        f"{selector}['{GPU_PRODUCT_LABEL}'] == {_GPU_PRODUCTS_CEL}[self.runtime.gpu.type]",
+        message=f"topology.{pool}.nodeSelector's {GPU_PRODUCT_LABEL} is not the product of "
+        f"runtime.gpu.type ({_GPU_PRODUCTS_TEXT}): no node has both. Remove it (llmfleet "
+        "selects runtime.gpu.type's product itself) or change runtime.gpu.type",
+        field_path=f".topology.{pool}.nodeSelector",
+        check=lambda s: s.pool_product_matches(pool),
+    )
+
+
 class InferenceServiceSpec(ApiModel):
     model: ModelSpec
     """The model to serve."""
@@ -48,6 +92,63 @@ class InferenceServiceSpec(ApiModel):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     """How spec changes roll out."""
 
+    rules = (
+        Rule(
+            cel="!has(self.autoscaling.gpuBudget) || self.runtime.gpu.count * "
+            f"{_pools_sum_cel(lambda pool: f'{pool}.replicas')} <= self.autoscaling.gpuBudget",
+            message="autoscaling.gpuBudget is below what the replicas need: runtime.gpu.count x "
+            "the replicas of every pool (warm spares come on top only as the budget allows)",
+            field_path=".autoscaling.gpuBudget",
+            check=lambda s: (
+                s.autoscaling.gpu_budget is None or s.replica_gpus() <= s.autoscaling.gpu_budget
+            ),
+        ),
+        Rule(
+            # With autoscaling off the least replicas are the replicas: the rule above.
+            cel="!has(self.autoscaling.gpuBudget) || !self.autoscaling.enabled || "
+            f"self.runtime.gpu.count * {_pools_sum_cel(_min_replicas_cel)} "
+            "<= self.autoscaling.gpuBudget",
+            message="autoscaling.gpuBudget is below the minimum footprint the autoscaler must "
+            "keep: runtime.gpu.count x every pool's minReplicas (1 when unset)",
+            field_path=".autoscaling.gpuBudget",
+            check=lambda s: (
+                s.autoscaling.gpu_budget is None
+                or not s.autoscaling.enabled
+                or s.minimum_gpus() <= s.autoscaling.gpu_budget
+            ),
+        ),
+        Rule(
+            cel="!has(self.runtime.chunkedPrefill) || self.runtime.chunkedPrefill.enabled || "
+            "!has(self.runtime.chunkedPrefill.maxBatchedTokens) || has(self.model.maxModelLen)",
+            message="with chunked prefill off, runtime.chunkedPrefill.maxBatchedTokens needs "
+            "model.maxModelLen: a step must then hold a whole prompt, so the budget must be "
+            "checked against the context length",
+            field_path=".model.maxModelLen",
+            reason="FieldValueRequired",
+            check=lambda s: (
+                s.runtime.chunked_prefill.enabled
+                or s.runtime.chunked_prefill.max_batched_tokens is None
+                or s.model.max_model_len is not None
+            ),
+        ),
+        Rule(
+            cel="!has(self.runtime.chunkedPrefill) || self.runtime.chunkedPrefill.enabled || "
+            "!has(self.runtime.chunkedPrefill.maxBatchedTokens) || !has(self.model.maxModelLen) "
+            "|| self.runtime.chunkedPrefill.maxBatchedTokens >= self.model.maxModelLen",
+            message="with chunked prefill off, runtime.chunkedPrefill.maxBatchedTokens must be "
+            "at least model.maxModelLen (a step must hold a whole prompt; vLLM refuses to "
+            "start otherwise)",
+            field_path=".runtime.chunkedPrefill.maxBatchedTokens",
+            check=lambda s: (
+                s.runtime.chunked_prefill.enabled
+                or s.runtime.chunked_prefill.max_batched_tokens is None
+                or s.model.max_model_len is None
+                or s.runtime.chunked_prefill.max_batched_tokens >= s.model.max_model_len
+            ),
+        ),
+        *(_product_rule(pool) for pool in L.POOLS),
+    )
+
     def pools(self) -> dict[str, PoolSpec]:
         """Pool name -> spec, in serving order; a Unified service without one gets the default."""
         topology = self.topology
@@ -60,6 +161,28 @@ class InferenceServiceSpec(ApiModel):
     @property
     def served_name(self) -> str:
         return self.model.served_name or self.model.name
+
+    def replica_gpus(self) -> int:
+        """GPUs the spec's replicas hold (`replicas` of every pool; warm spares not counted)."""
+        return self.runtime.gpu.count * sum(pool.replicas for pool in self.pools().values())
+
+    def minimum_gpus(self) -> int:
+        """The fewest GPUs the spec lets the service run on, its minimum footprint: every pool's
+        least replicas (with autoscaling on `minReplicas`, 1 when unset, as the autoscaler's
+        floor; with it off `replicas`), warm spares not counted (the budget trims them first)."""
+        autoscaled = self.autoscaling.enabled
+        least = [
+            (1 if pool.min_replicas is None else pool.min_replicas) if autoscaled else pool.replicas
+            for pool in self.pools().values()
+        ]
+        return self.runtime.gpu.count * sum(least)
+
+    def pool_product_matches(self, pool: str) -> bool:
+        """True unless `topology.<pool>.nodeSelector` names another GPU product than
+        `runtime.gpu.type`'s (or the pool is not given)."""
+        spec: PoolSpec | None = getattr(self.topology, pool)
+        named = spec.node_selector.get(GPU_PRODUCT_LABEL) if spec is not None else None
+        return named is None or named == GPU_TYPES[self.runtime.gpu.type.value].product
 
 
 class ConditionStatus(StrEnum):
@@ -144,6 +267,18 @@ class InferenceServiceStatus(ApiModel):
     """Written only by the autoscaler."""
 
 
+def _name_is_valid(service: InferenceService) -> bool:
+    name = service.metadata.get("name")
+    return name is None or (
+        isinstance(name, str) and re.fullmatch(L.SERVICE_NAME_PATTERN, name) is not None
+    )
+
+
+def _name_fits(service: InferenceService) -> bool:
+    name = service.metadata.get("name")
+    return not isinstance(name, str) or len(name) <= L.SERVICE_NAME_MAX_LENGTH
+
+
 class InferenceService(ApiModel):
     api_version: str = API_VERSION
     """llmfleet.dev/v1alpha1."""
@@ -155,3 +290,24 @@ class InferenceService(ApiModel):
     """What to serve and how."""
     status: InferenceServiceStatus | None = None
     """What the operator and autoscaler observed."""
+
+    # The schema's root rules (the renderer puts them beside `metadata`, where CEL can read
+    # `metadata.name`). A manifest without a name passes here: the API server requires one.
+    rules = (
+        Rule(
+            cel=f"self.metadata.name.matches('{L.SERVICE_NAME_PATTERN}')",
+            message="metadata.name must be a DNS label: lowercase letters, digits and '-', "
+            "starting with a letter, no dots (the service's Kubernetes Services carry it)",
+            field_path=".metadata.name",
+            check=_name_is_valid,
+        ),
+        Rule(
+            cel=f"self.metadata.name.size() <= {L.SERVICE_NAME_MAX_LENGTH}",
+            message=f"metadata.name must be at most {L.SERVICE_NAME_MAX_LENGTH} characters, so "
+            "that every child's name fits 63 ("
+            + ", ".join(f"<name>-{suffix}" for suffix in L.CHILD_SUFFIXES)
+            + ")",
+            field_path=".metadata.name",
+            check=_name_fits,
+        ),
+    )

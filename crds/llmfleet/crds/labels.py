@@ -27,3 +27,26 @@ and the drain (`/drain`, the preStop hook). It carries no requests."""
 def pool_service_name(service: str, pool: str) -> str:
     """Name of the Service (and Deployment, PDB) of one pool of an InferenceService."""
     return f"{service}-{pool}"
+
+
+# Names of the children. Every child of an InferenceService is named `<service>-<suffix>`, and
+# Services must be DNS-1035 labels (63 characters, a letter first), so the service's own name
+# is limited by the longest suffix: admission refuses a name the children could not carry.
+POOLS = ("unified", "prefill", "decode")
+"""Pool names: each pool's Deployment, Service and PodDisruptionBudget are `<service>-<pool>`."""
+CONFIG_MAP_SUFFIX = "runtime"
+"""The ConfigMap with each pool's runtime config: `<service>-runtime`."""
+METRICS_SUFFIX = "metrics"
+"""The headless metrics Service and its ServiceMonitor: `<service>-metrics`."""
+CHILD_SUFFIXES = (*POOLS, CONFIG_MAP_SUFFIX, METRICS_SUFFIX)
+"""Every suffix the operator appends to a service's name. A child named any other way must add
+its suffix here, or a service name at the limit below breaks it."""
+
+DNS_LABEL_MAX_LENGTH = 63
+SERVICE_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+"""A DNS-1035 label (what Kubernetes requires of a Service's name): lowercase letters, digits
+and `-`, a letter first, no dots."""
+SERVICE_NAME_MAX_LENGTH = DNS_LABEL_MAX_LENGTH - max(
+    len(pool_service_name("", suffix)) for suffix in CHILD_SUFFIXES
+)
+"""The longest InferenceService name whose every child's name fits 63 characters."""

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from llmfleet.crds._base import ApiModel, Rule
-from llmfleet.crds.spec import DNS_LABEL
+from llmfleet.crds.spec import DNS_LABEL, MAX_EXACT_INTEGER, MAX_TOKENS
 
 
 class CoalesceSpec(ApiModel):
@@ -48,7 +48,7 @@ class CascadeTier(ApiModel):
     """InferenceService (same namespace) of this tier, cheapest first."""
     escalate_below_confidence: Annotated[float, Field(gt=0, lt=1)] = 0.7
     """Escalate to the next tier when this tier's answer confidence is below this."""
-    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_prompt_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None
     """Longer prompts skip this tier."""
 
 
@@ -90,13 +90,13 @@ class DegradationSpec(ApiModel):
 
 
 class LimitsSpec(ApiModel):
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = None
     """Cap on `max_tokens` per request."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
     """Per-request timeout at the gateway."""
-    requests_per_minute: Annotated[int, Field(ge=1)] | None = None
+    requests_per_minute: Annotated[int, Field(ge=1, le=MAX_EXACT_INTEGER)] | None = None
     """Per-tenant request rate limit."""
-    tokens_per_minute: Annotated[int, Field(ge=1)] | None = None
+    tokens_per_minute: Annotated[int, Field(ge=1, le=MAX_EXACT_INTEGER)] | None = None
     """Per-tenant token rate limit."""
     partial_answers: bool = False
     """A non-streaming request that reaches `timeoutSeconds` gets what was generated so far

@@ -21,6 +21,7 @@ from llmfleet.crds.inference_service import (
     SHORT_NAMES,
     SINGULAR,
     VERSION,
+    InferenceService,
     InferenceServiceSpec,
     InferenceServiceStatus,
 )
@@ -116,10 +117,13 @@ def crd() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "llmfleet.dev/v1alpha1."},
             "kind": {"type": "string", "description": "InferenceService."},
-            "metadata": {"type": "object"},
+            # Only name and generateName may be declared; the root rules check the name.
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec,
             "status": status,
         },
+        # Rules on the whole object: CEL reads `metadata.name` only from here.
+        "x-kubernetes-validations": [rule.validation() for rule in InferenceService.rules],
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -9,12 +9,26 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from llmfleet.crds._base import ApiModel, Rule, defaulted
 
-PositiveInt = Annotated[int, Field(ge=1)]
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_EXACT_INTEGER = 2**53 - 1
+"""The bound of counts that have no natural one: the largest integer a float64 holds exactly.
+The API server checks a schema's bounds as float64, and refuses one that is not an integer
+there (2**63 - 1 becomes 9.223372036854776e18, past int64), so int64's own limit cannot be
+stated."""
+MAX_TOKENS = 10_485_760
+"""The longest context (in tokens) the API accepts; token counts are bounded by it."""
+LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+"""A Kubernetes label key (or taint key): an optional DNS-subdomain prefix and `/`, then a name."""
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+"""A Kubernetes label value (or taint value), empty or at most 63 characters."""
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE, max_length=63)]
 
 
 class ModelSpec(ApiModel):
@@ -27,8 +41,10 @@ class ModelSpec(ApiModel):
     """Hub revision (branch, tag or commit) to pin; the default branch when unset."""
     served_name: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     """Model name clients send in the OpenAI `model` field; defaults to `name`."""
-    max_model_len: Annotated[int, Field(ge=16, le=10_485_760)] | None = None
-    """Maximum context length (prompt + output tokens); the model's own limit when unset."""
+    max_model_len: Annotated[int, Field(ge=16, le=MAX_TOKENS)] | None = None
+    """Maximum context length (prompt + output tokens); the model's own limit when unset.
+    Required when chunked prefill is off and `runtime.chunkedPrefill.maxBatchedTokens` is set
+    (that budget must hold a whole prompt)."""
 
 
 class GpuType(StrEnum):
@@ -64,7 +80,9 @@ class ChunkedPrefill(ApiModel):
     enabled: bool = True
     """Split long prompts into chunks batched with decodes (keeps ITL steady under long prompts)."""
     max_batched_tokens: Annotated[int, Field(ge=64, le=1_048_576)] | None = None
-    """Token budget per engine step; the launcher sizes it from the SLO targets when unset."""
+    """Token budget per engine step; the launcher sizes it from the SLO targets when unset.
+    With chunked prefill off a step must hold a whole prompt: it must then be at least
+    `model.maxModelLen`, which must be set (vLLM refuses to start otherwise)."""
 
 
 class SpeculativeMethod(StrEnum):
@@ -130,8 +148,19 @@ class RuntimeSpec(ApiModel):
     """Fraction of GPU memory the engine may use."""
     extra_args: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=64)] = []
     """Extra `vllm serve` arguments; they win over the launcher's defaults."""
-    env: Annotated[list[EnvVar], Field(max_length=64)] = []
-    """Extra environment variables for the engine container."""
+    env: Annotated[
+        list[EnvVar],
+        Field(
+            max_length=64,
+            # A map keyed by name, as a container's env is: the API server refuses a name given
+            # twice, and server-side apply merges the list entry by entry.
+            json_schema_extra={
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
+        ),
+    ] = []
+    """Extra environment variables for the engine container; each name once."""
 
     rules = (
         Rule(
@@ -146,18 +175,51 @@ class RuntimeSpec(ApiModel):
         ),
     )
 
+    @field_validator("env")
+    @classmethod
+    def _env_names_unique(cls, env: list[EnvVar]) -> list[EnvVar]:
+        """The schema's list-map refuses duplicates on the API server; this is its Python twin."""
+        names = [var.name for var in env]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"env names must be unique: {', '.join(twice)} given more than once")
+        return env
+
 
 class Toleration(ApiModel):
-    key: Annotated[str, Field(max_length=316)] | None = None
-    """Taint key the toleration matches; empty with operator Exists matches every taint."""
+    key: Annotated[str, Field(pattern=LABEL_KEY, max_length=316)] | None = None
+    """Taint key the toleration matches; unset with operator Exists matches every taint."""
     operator: Annotated[str, Field(pattern="^(Exists|Equal)$")] = "Equal"
-    """`Exists` or `Equal`."""
-    value: Annotated[str, Field(max_length=63)] | None = None
+    """`Exists` (any value, so no `value`) or `Equal`."""
+    value: LabelValue | None = None
     """Taint value to match with `Equal`."""
     effect: Annotated[str, Field(pattern="^(NoSchedule|PreferNoSchedule|NoExecute)$")] | None = None
     """Taint effect to match; all effects when unset."""
-    toleration_seconds: int | None = None
-    """For NoExecute: how long the pod stays bound after the taint appears."""
+    toleration_seconds: Annotated[int, Field(ge=0, le=MAX_EXACT_INTEGER)] | None = None
+    """For effect NoExecute only: how long the pod stays bound after the taint appears."""
+
+    # Kubernetes' own rules for a pod's tolerations: the Deployment is refused without them.
+    rules = (
+        Rule(
+            cel="self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            message="a toleration with operator Exists matches every value: remove value, or "
+            "use operator Equal",
+            field_path=".value",
+            check=lambda t: t.operator != "Exists" or not t.value,
+        ),
+        Rule(
+            cel="self.operator == 'Exists' || (has(self.key) && self.key != '')",
+            message="a toleration without key matches every taint and needs operator Exists",
+            field_path=".operator",
+            check=lambda t: t.operator == "Exists" or bool(t.key),
+        ),
+        Rule(
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            message="tolerationSeconds needs effect NoExecute (only NoExecute taints evict)",
+            field_path=".tolerationSeconds",
+            check=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+        ),
+    )
 
 
 class PoolSpec(ApiModel):
@@ -167,12 +229,22 @@ class PoolSpec(ApiModel):
     """Lowest replica count the autoscaler may choose."""
     max_replicas: Annotated[int, Field(ge=1, le=1000)] | None = None
     """Highest replica count the autoscaler may choose."""
-    node_selector: Annotated[dict[str, str], Field(max_length=32)] = {}
-    """Extra node labels the pool's pods require (the GPU product label is added for you)."""
+    node_selector: Annotated[dict[str, LabelValue], Field(max_length=32)] = {}
+    """Extra node labels the pool's pods require (the GPU product label is added for you; one
+    given here must name the product of `runtime.gpu.type`)."""
     tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
     """Extra tolerations (the `nvidia.com/gpu` one is added for you)."""
 
     rules = (
+        Rule(
+            cel="!has(self.minReplicas) || !has(self.maxReplicas) || "
+            "self.minReplicas <= self.maxReplicas",
+            message="minReplicas must not exceed maxReplicas",
+            field_path=".minReplicas",
+            check=lambda p: (
+                p.min_replicas is None or p.max_replicas is None or p.min_replicas <= p.max_replicas
+            ),
+        ),
         Rule(
             cel="!has(self.minReplicas) || self.minReplicas <= self.replicas",
             message="minReplicas must not exceed replicas",
@@ -268,6 +340,10 @@ class AutoscalingSpec(ApiModel):
     warm_spares: Annotated[int, Field(ge=0, le=100)] = 0
     """Loaded, warm pods per pool kept out of traffic, promoted in seconds on scale-up."""
     gpu_budget: Annotated[int, Field(ge=1, le=100_000)] | None = None
-    """Most GPUs the whole service may hold, spares included."""
+    """Most GPUs the whole service may hold, spares included. Admission refuses a budget below
+    the spec's replicas (`runtime.gpu.count` x the sum of every pool's `replicas`) or below its
+    minimum footprint (`runtime.gpu.count` x the sum of every pool's least replicas: with
+    autoscaling on `minReplicas`, 1 when unset; with it off `replicas`). Warm spares are not part
+    of either: they are trimmed first to keep the budget."""
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=86_400)] = 300
     """How long load must stay low before a pool shrinks."""
