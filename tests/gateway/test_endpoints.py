@@ -39,6 +39,8 @@ def test_stale_scrapes_read_as_unknown() -> None:
     clock.now += 6
     candidate = table.candidates(["a"])[0]
     assert (candidate.waiting, candidate.kv_usage) == (0, 0)
+    assert candidate.stale  # once scraped, then silent: not preferred by the healthy filter
+    assert not table.candidates(["never-scraped"])[0].stale  # unknown is not stale
 
 
 def test_in_flight_counts_never_go_negative_and_forget_removed_endpoints() -> None:

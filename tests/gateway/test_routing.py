@@ -84,6 +84,21 @@ def test_healthy_filter_drops_ejected() -> None:
     assert [c.url for c in kept] == ["b"]
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        pytest.param([{"stale": True}, {}], ["b"], id="a-stale-endpoint-is-not-preferred"),
+        pytest.param([{"stale": True}, {"stale": True}], ["a", "b"], id="all-stale-all-kept"),
+        pytest.param([{"stale": True}, {"ejected": True}], ["a"], id="stale-beats-ejected"),
+    ],
+)
+def test_healthy_filter_prefers_fresh_figures(
+    flags: list[dict[str, bool]], expected: list[str]
+) -> None:
+    candidates = [_c(url, **flag) for url, flag in zip("ab", flags, strict=True)]  # type: ignore[arg-type]
+    assert [c.url for c in HealthyFilter().filter(REQUEST, candidates)] == expected
+
+
 URLS = [f"http://10.0.0.{i}:8000" for i in range(4)]
 
 
