@@ -95,7 +95,7 @@ def test_healthy_filter_drops_ejected() -> None:
 def test_healthy_filter_prefers_fresh_figures(
     flags: list[dict[str, bool]], expected: list[str]
 ) -> None:
-    candidates = [_c(url, **flag) for url, flag in zip("ab", flags, strict=True)]  # type: ignore[arg-type]
+    candidates = [_c(url, **flag) for url, flag in zip("ab", flags, strict=True)]
     assert [c.url for c in HealthyFilter().filter(REQUEST, candidates)] == expected
 
 
