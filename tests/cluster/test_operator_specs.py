@@ -1,23 +1,28 @@
 """The operator under specs written outside the project's own samples (issue 15): every Unicode
-text, names at the length limit."""
+text, names at the length limit, children the API server refuses."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from llmfleet.crds import labels as L
-from tests.cluster.kube import Kube, install_crds, wait_ready
+from tests.cluster.kube import Kube, condition, install_crds, wait_ready
 from tests.cluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
 SUFFIX = os.getpid() % 10000
-NAMESPACES = {key: f"specs-{key}-{SUFFIX}" for key in ("unicode", "long")}
+RETRY, RETRY_MAX = 1.0, 4.0
+"""The module operator's back-off after a refusal: 1 s, doubling up to 4 s."""
+NAMESPACES = {key: f"specs-{key}-{SUFFIX}" for key in ("unicode", "long", "refused")}
 """The module operator's namespaces (named up front, as in test_operator.py)."""
 
 
@@ -26,8 +31,10 @@ def operator(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[O
     install_crds(kube)
     args = [arg for ns in NAMESPACES.values() for arg in ("-n", ns)]
     process = OperatorProcess(
-        kube, tmp_path_factory.mktemp("operator") / "operator.log", "--standalone", *args
-    )
+        kube, tmp_path_factory.mktemp("operator") / "operator.log", "--standalone", *args,
+        env={"LLMFLEET_OPERATOR_RETRY_SECONDS": str(RETRY), "LLMFLEET_OPERATOR_RETRY_MAX_SECONDS":
+             str(RETRY_MAX)},
+    )  # fmt: skip
     yield process
     process.stop()
 
@@ -47,6 +54,7 @@ def _namespace(key: str) -> Any:
 
 ns_unicode = _namespace("unicode")
 ns_long = _namespace("long")
+ns_refused = _namespace("refused")
 
 
 def create(kube: Kube, ns: str, service: dict[str, Any]) -> None:
@@ -127,3 +135,112 @@ def test_a_name_at_the_length_limit_becomes_ready(kube: Kube, ns_long: str, mode
                         "-l", f"{L.SERVICE}={name}")["items"]  # fmt: skip
     longest = max(len(child["metadata"]["name"]) for child in children)
     assert longest == 63
+
+
+def refuse_deployment(kube: Kube, ns: str, name: str) -> str:
+    """A ValidatingAdmissionPolicy (CEL, no webhook) that refuses the Deployment `name` in `ns`
+    as invalid (422), as the API server would refuse an invalid field; returns its binding."""
+    policy = f"refuse-{ns}"
+    kube.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                   "operations": ["CREATE", "UPDATE"],
+                                   "resources": ["deployments"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            },
+            "validations": [{"expression": f"object.metadata.name != '{name}'",
+                             "message": "the test's policy refuses this Deployment",
+                             "reason": "Invalid"}],
+        },
+    }))  # fmt: skip
+    kube.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy},
+        "spec": {"policyName": policy, "validationActions": ["Deny"]},
+    }))  # fmt: skip
+    probe = ["create", "deployment", name, "--image=x", "-n", ns, "--dry-run=server"]
+    kube.wait_for(lambda: "refuses this Deployment" in kube.run(*probe).stderr, 30,
+                  "the admission policy to refuse the Deployment")  # fmt: skip
+    return policy
+
+
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def refusal_times(log: str, child: str) -> list[datetime]:
+    """When the operator logged a refusal of `child` (its log's own timestamps)."""
+    times = []
+    for line in log.splitlines():
+        match = LOG_TIME.match(line)
+        if match and f"the API server refused {child} " in line:
+            times.append(datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f"))
+    return times
+
+
+def warnings(kube: Kube, ns: str, reason: str) -> list[dict[str, Any]]:
+    events = kube.get("events", "-n", ns, "--field-selector", "type=Warning")["items"]
+    return [event for event in events if event["reason"] == reason]
+
+
+def test_refused_children_give_a_status_a_warning_once_and_one_line_per_back_off_step(
+    kube: Kube, operator: OperatorProcess, ns_refused: str
+) -> None:
+    ns, name = ns_refused, "refused"
+    deployment, budget = f"Deployment {name}-unified", f"PodDisruptionBudget {name}-unified"
+    # 403 for the PodDisruptionBudget (a quota), 422 for the Deployment (an admission policy).
+    kube.kubectl("create", "quota", "no-budgets", "-n", ns,
+                 "--hard=count/poddisruptionbudgets.policy=0")  # fmt: skip
+    policy = refuse_deployment(kube, ns, f"{name}-unified")
+    try:
+        service = {
+            "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name},
+            "spec": {"model": {"name": "org/m"}, "topology": {"unified": {"replicas": 1}}},
+        }  # fmt: skip
+        create(kube, ns, service)
+        kube.wait_for(lambda: condition(kube, ns, name).get("reason") == "InvalidSpec", 30,
+                      "Ready=False InvalidSpec")  # fmt: skip
+        ready, degraded = condition(kube, ns, name), condition(kube, ns, name, "Degraded")
+        print(f"Ready={ready['status']} {ready['reason']}: {ready['message']}")
+        assert ready["status"] == "False"
+        assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+        assert "the test's policy refuses this Deployment" in ready["message"]
+        assert "exceeded quota: no-budgets" in ready["message"]
+        # The children the API server takes are applied.
+        assert kube.ok("get", f"service/{name}-unified", f"service/{name}-metrics",
+                       f"configmap/{name}-runtime", "-n", ns)  # fmt: skip
+
+        # Over a window of several back-off steps: one line per step, one Warning in all.
+        kube.wait_for(lambda: len(refusal_times(operator.text(), deployment)) >= 5, 60,
+                      "five tries of the refused Deployment")  # fmt: skip
+        for child in (deployment, budget):
+            times = refusal_times(operator.text(), child)
+            gaps = [
+                (later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)
+            ]
+            steps = [min(RETRY * 2**k, RETRY_MAX) for k in range(len(gaps))]
+            print(f"{child}: tried after {[round(gap, 2) for gap in gaps]} s (back-off {steps})")
+            # The log's timestamps are in milliseconds: a step may look 1 ms short.
+            assert all(gap >= step - 0.002 for gap, step in zip(gaps, steps, strict=True)), (
+                gaps,
+                steps,
+            )
+        assert len(warnings(kube, ns, "InvalidSpec")) == 1
+        assert "Traceback" not in operator.text()
+    finally:
+        kube.kubectl("delete", "validatingadmissionpolicybinding", policy)
+        kube.kubectl("delete", "validatingadmissionpolicy", policy)
+
+    # The Deployment is taken at its next try; the quota still refuses the budget (403).
+    kube.wait_for(lambda: condition(kube, ns, name).get("reason") == "ApplyFailed", 30,
+                  "Ready=False ApplyFailed once only the quota refuses")  # fmt: skip
+    assert kube.ok("get", f"deployment/{name}-unified", "-n", ns)
+    assert len(warnings(kube, ns, "ApplyFailed")) == 1
+    kube.kubectl("delete", "quota", "no-budgets", "-n", ns)
+    wait_ready(kube, ns, name, timeout=30)
+    assert condition(kube, ns, name, "Degraded")["status"] == "False"

@@ -1,59 +1,219 @@
-"""One reconcile pass against a recording stand-in for the API server: what the pass does when a
-write it does not depend on fails. (The real API server: tests/cluster/test_operator.py.)"""
+"""Reconcile passes against a recording stand-in for the API server: what a pass does when a
+write fails. (The real API server: tests/cluster/test_operator.py and test_operator_specs.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.crds import Condition
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.reconcile import Reconciler
+from llmfleet.operator.settings import OperatorSettings
 from tests.operator.test_plan import SETTINGS, load
 
+START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
-class RefusingEvents:
-    """Serves one service with nothing observed yet; refuses every Event as a namespace being
-    deleted does (403); records the status written."""
+
+def refusal(code: int, reason: str, message: str) -> ApiException:
+    """An ApiException as the client raises it for an API server's Status answer."""
+    error = ApiException(status=code, reason=reason)
+    error.body = json.dumps(
+        {"kind": "Status", "status": "Failure", "reason": reason, "code": code,
+         "message": message}
+    )  # fmt: skip
+    return error
+
+
+class StandIn:
+    """Serves one service and keeps its status as the API server would (merge of what the
+    pass writes, read back by the next pass); refuses the writes `refuse` picks; records
+    every apply tried and every Event posted."""
 
     def __init__(self, body: dict[str, Any]) -> None:
         self.body = body
-        self.statuses: list[Mapping[str, Any]] = []
-        self.events_tried = 0
+        self.status: dict[str, Any] = {}
+        self.tried: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str, bool]] = []
+        self.refuse: Callable[[Mapping[str, Any]], ApiException | None] = lambda _: None
+        self.refuse_events = False
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.body
 
     def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> Observed:
-        return Observed()
+        conditions = self.status.get("conditions", [])
+        return Observed(conditions=tuple(Condition.model_validate(c) for c in conditions))
 
     def apply_child(self, service: str, manifest: Mapping[str, Any]) -> None:
-        pass
+        self.tried.append((manifest["kind"], manifest["metadata"]["name"]))
+        error = self.refuse(manifest)
+        if error is not None:
+            raise error
 
     def change_pod(self, namespace: str, change: object) -> None:
         pass
 
     def event(self, owner: Mapping[str, Any], reason: str, message: str, warning: bool) -> None:
-        self.events_tried += 1
-        raise ApiException(status=403, reason="Forbidden")
+        if self.refuse_events:
+            raise ApiException(status=403, reason="Forbidden")
+        self.events.append((reason, message, warning))
 
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        self.statuses.append(status)
+        self.status |= dict(status)
+
+    def condition(self, kind: str) -> dict[str, Any]:
+        return next(c for c in self.status["conditions"] if c["type"] == kind)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def service_body() -> dict[str, Any]:
+    return load("unified").model_dump(by_alias=True, exclude_none=True)
 
 
 def test_a_refused_event_is_counted_and_the_status_is_still_written() -> None:
-    body = load("unified").model_dump(by_alias=True, exclude_none=True)
-    kube = RefusingEvents(body)
+    body = service_body()
+    kube = StandIn(body)
+    kube.refuse_events = True  # as a namespace being deleted does (403)
     reconciler = Reconciler(kube, SETTINGS)  # type: ignore[arg-type]
 
     reconciler.reconcile("team", body["metadata"]["name"])
 
-    assert kube.events_tried >= 1  # a first pass reports its conditions as events
-    assert len(kube.statuses) == 1
-    assert kube.statuses[0]["conditions"]
+    assert kube.status["conditions"]
     failed = reconciler.metrics.registry.get_sample_value(
         "llmfleet_operator_events_failed_total",
         {"namespace": "team", "service": body["metadata"]["name"], "reason": "PodsStarting"},
     )
     assert failed == 1
+
+
+DEPLOYMENT = ("Deployment", "llama-8b-unified")
+QUOTA = (
+    'poddisruptionbudgets.policy "llama-8b-unified" is forbidden: exceeded quota: no-pdbs, '
+    "requested: count/poddisruptionbudgets.policy=1, used: count/poddisruptionbudgets.policy=0, "
+    "limited: count/poddisruptionbudgets.policy=0"
+)
+INVALID = (
+    'Deployment.apps "llama-8b-unified" is invalid: spec.template.spec.containers[0].env[1]: '
+    'Duplicate value: {"name":"A"}'
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "reason"),
+    [
+        pytest.param("Deployment", refusal(422, "Invalid", INVALID), "InvalidSpec",
+                     id="invalid-422-is-invalid-spec"),
+        pytest.param("PodDisruptionBudget", refusal(403, "Forbidden", QUOTA), "ApplyFailed",
+                     id="forbidden-403-is-apply-failed"),
+        pytest.param("Deployment", refusal(500, "InternalError", "etcd timed out"),
+                     "ApplyFailed", id="server-error-500-is-apply-failed"),
+    ],
+)  # fmt: skip
+def test_a_refused_child_is_reported_once_and_the_others_are_applied(
+    kind: str, error: ApiException, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = service_body()
+    kube = StandIn(body)
+    kube.refuse = lambda manifest: error if manifest["kind"] == kind else None
+    clock = Clock()
+    reconciler = Reconciler(kube, SETTINGS, clock=clock)  # type: ignore[arg-type]
+
+    with caplog.at_level(logging.INFO, "llmfleet.operator"):
+        requeue = reconciler.reconcile("team", "llama-8b")
+        for _ in range(5):  # woken again and again (pods, status writes) within the back-off
+            clock.advance(0.3)
+            reconciler.reconcile("team", "llama-8b")
+
+    ready, degraded = kube.condition("Ready"), kube.condition("Degraded")
+    print(f"Ready={ready['status']} {ready['reason']}: {ready['message']}")
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+    assert (degraded["status"], degraded["reason"]) == ("True", reason)
+    assert json.loads(str(error.body))["message"] in ready["message"]
+    assert [k for k, _ in kube.tried].count(kind) == 1, "tried once within the back-off"
+    assert {k for k, _ in kube.tried} == {"ConfigMap", "Service", "Deployment",
+                                          "PodDisruptionBudget"}  # fmt: skip
+    warnings = [event for event in kube.events if event[2]]
+    assert [event[0] for event in warnings] == [reason], "one Warning, not one per pass"
+    assert "Ready=False, Degraded=True" in warnings[0][1]
+    refused = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(refused) == 1
+    assert "the API server refused" in refused[0].getMessage()
+    assert refused[0].exc_info is None, "an API refusal is no traceback"
+    assert len(caplog.records) == 2, "and the Event, once"
+    assert requeue == SETTINGS.retry_seconds
+    counted = reconciler.metrics.registry.get_sample_value(
+        "llmfleet_operator_apply_refused_total",
+        {"namespace": "team", "service": "llama-8b", "kind": kind, "code": str(error.status)},
+    )
+    assert counted == 1
+
+
+def test_refusals_back_off_exponentially_to_the_cap_and_an_edit_is_tried_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    body = service_body()
+    kube = StandIn(body)
+    kube.refuse = lambda m: refusal(422, "Invalid", INVALID) if m["kind"] == "Deployment" else None
+    clock = Clock()
+    settings = OperatorSettings(drain_seconds=90, retry_seconds=1, retry_max_seconds=8)
+    reconciler = Reconciler(kube, settings, clock=clock)  # type: ignore[arg-type]
+
+    tries: list[float] = []
+    waits: list[float | None] = []
+    with caplog.at_level(logging.INFO, "llmfleet.operator"):
+        for _ in range(600):  # a pass every 0.1 s for a minute: woken far more than needed
+            before = len(kube.tried)
+            waits.append(reconciler.reconcile("team", "llama-8b"))
+            if DEPLOYMENT in kube.tried[before:]:
+                tries.append((clock.now - START).total_seconds())
+            clock.advance(0.1)
+    gaps = [round(later - earlier, 1) for earlier, later in itertools.pairwise(tries)]
+    assert gaps[:5] == [1, 2, 4, 8, 8]
+    assert set(gaps[5:]) == {8}
+    lines = [r for r in caplog.records if "refused Deployment" in r.getMessage()]
+    assert len(lines) == len(tries), "one line per back-off step"
+    assert all(wait is not None and 0 < wait <= 8 for wait in waits)
+
+    # The spec is edited: the new manifest is tried at once, whatever the back-off says.
+    body["spec"]["runtime"]["maxNumSeqs"] = 64
+    before = len(kube.tried)
+    reconciler.reconcile("team", "llama-8b")
+    assert DEPLOYMENT in kube.tried[before:]
+
+
+def test_once_the_refusal_ends_the_status_recovers() -> None:
+    body = service_body()
+    kube = StandIn(body)
+    refusing = True
+    kube.refuse = lambda m: (
+        refusal(403, "Forbidden", QUOTA) if refusing and m["kind"] == "Deployment" else None
+    )
+    clock = Clock()
+    reconciler = Reconciler(kube, SETTINGS, clock=clock)  # type: ignore[arg-type]
+    assert reconciler.reconcile("team", "llama-8b") == SETTINGS.retry_seconds
+    assert kube.condition("Degraded")["reason"] == "ApplyFailed"
+
+    refusing = False
+    clock.advance(SETTINGS.retry_seconds)
+    reconciler.reconcile("team", "llama-8b")
+    assert kube.condition("Degraded")["status"] == "False"
+    assert kube.condition("Ready")["reason"] == "PodsStarting"  # no pod serves yet
+    assert reconciler.backoff.next_try(("team", "llama-8b"), clock.now.timestamp()) is None

@@ -4,13 +4,14 @@ messages a person can act on. A condition keeps its lastTransitionTime while its
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from llmfleet.crds import Condition, InferenceService
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES, gpu_type_of
 from llmfleet.crds.inference_service import ConditionStatus
+from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.pools import PoolAssignment
 
@@ -57,12 +58,43 @@ def _no_matching_nodes(service: InferenceService, observed: Observed, pending: i
     )
 
 
+SHOWN_FAILURES = 3
+"""Refused children quoted in a condition's message; the rest are counted."""
+QUOTED_CHARACTERS = 1000
+"""How much of each API server message is quoted (the condition's message holds 4096)."""
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _refused(failures: Sequence[ChildFailure]) -> tuple[str, str] | None:
+    """Reason and message when the API server refused children: `InvalidSpec` when it found one
+    invalid (422), `ApplyFailed` for any other refusal (forbidden by quota or policy, …)."""
+    if not failures:
+        return None
+    reason = "InvalidSpec" if any(failure.invalid for failure in failures) else "ApplyFailed"
+    quoted = "; ".join(
+        _clip(failure.describe(), QUOTED_CHARACTERS) for failure in failures[:SHOWN_FAILURES]
+    )
+    more = len(failures) - SHOWN_FAILURES
+    message = (
+        f"The API server refused {len(failures)} child object(s) of this service: {quoted}"
+        + (f"; and {more} more" if more > 0 else "")
+        + ". The other children were applied; the refused ones are tried again with back-off, "
+        "at once when the spec changes."
+    )
+    return reason, message
+
+
 def conditions(
     service: InferenceService,
     observed: Observed,
     targets: Mapping[str, PoolTarget],
     assignments: Mapping[str, PoolAssignment],
     now: datetime,
+    *,
+    failures: Sequence[ChildFailure] = (),
 ) -> list[Condition]:
     generation = service.metadata.get("generation")
     gpus = service.spec.runtime.gpu
@@ -76,8 +108,11 @@ def conditions(
     )
 
     no_nodes = _no_matching_nodes(service, observed, sum(map(len, pending.values())))
-    if pending and no_nodes is not None:
-        problem: tuple[str, str] | None = ("NoMatchingGPUNodes", no_nodes)
+    refused = _refused(failures)
+    if refused is not None:
+        problem: tuple[str, str] | None = refused
+    elif pending and no_nodes is not None:
+        problem = ("NoMatchingGPUNodes", no_nodes)
     elif gpu_pending:
         pool, messages = next(iter(gpu_pending.items()))
         count = sum(len(msgs) for msgs in gpu_pending.values())
@@ -93,7 +128,9 @@ def conditions(
     else:
         problem = None
 
-    if not any(short.values()):
+    if refused is not None:
+        ready = (ConditionStatus.FALSE, refused[0], refused[1])
+    elif not any(short.values()):
         ready = (ConditionStatus.TRUE, "Serving", f"All pools serve: {summary}.")
     elif problem is not None:
         ready = (ConditionStatus.FALSE, problem[0], problem[1])

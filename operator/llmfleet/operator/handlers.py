@@ -2,7 +2,7 @@
 
 Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
 sleeps until a change to the service or one of its children or pods wakes it, or the requeue
-delay / resync period passes.
+delay / resync period passes. A pass that fails as a whole waits out an exponential back-off.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import GROUP, PLURAL, VERSION
 from llmfleet.crds import labels as L
+from llmfleet.operator.failures import retry_delay
+from llmfleet.operator.kube import api_message
 from llmfleet.operator.reconcile import Gone, Reconciler
 
 log = logging.getLogger("llmfleet.operator")
@@ -82,6 +85,8 @@ def build_registry(
         assert namespace is not None  # InferenceService is namespaced
         wake = triggers.get(namespace, name)
         loop = asyncio.get_running_loop()
+        settings = reconciler.settings
+        failures = 0  # failed passes in a row
         try:
             while not stopped:
                 wake.clear()
@@ -89,11 +94,19 @@ def build_registry(
                     requeue = await loop.run_in_executor(
                         executor, reconciler.reconcile, namespace, name
                     )
+                    failures = 0
                 except Gone:
                     return  # deleted: owner references let the garbage collector finish
-                except Exception:  # a failed pass is logged and retried soon; the loop lives
-                    log.exception("reconcile of %s/%s failed; retrying", namespace, name)
-                    requeue = 2.0
+                except Exception as error:  # the pass backs off and is retried; the loop lives
+                    failures += 1
+                    delay = retry_delay(
+                        failures, settings.retry_seconds, settings.retry_max_seconds
+                    )
+                    _log_failed_pass(namespace, name, error, failures, delay)
+                    # Woken or not, the next try waits out the back-off: a pass that fails
+                    # (the API server unreachable, a permission missing) logs once per step.
+                    await asyncio.sleep(delay)
+                    continue
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=requeue or resync_seconds)
                 except TimeoutError:
@@ -126,6 +139,20 @@ def build_registry(
             triggers.fire(namespace or "", service)
 
     return registry
+
+
+def _log_failed_pass(
+    namespace: str, name: str, error: Exception, failures: int, delay: float
+) -> None:
+    """One line per failed pass: the API server's answer as it said it; a traceback only for
+    what is not an answer (a bug, a lost connection)."""
+    if isinstance(error, ApiException):
+        log.warning("reconcile of %s/%s failed (%d in a row): the API server answered %s %s: %s; "
+                    "next try in %.0fs", namespace, name, failures, error.status, error.reason,
+                    api_message(error), delay)  # fmt: skip
+    else:
+        log.exception("reconcile of %s/%s failed (%d in a row); next try in %.0fs",
+                      namespace, name, failures, delay)  # fmt: skip
 
 
 def _without_finalizer(registry: kopf.OperatorRegistry) -> None:

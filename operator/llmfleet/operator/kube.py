@@ -7,7 +7,6 @@ what we write: drift is reverted), transient API errors are retried a few times.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
 import threading
@@ -19,29 +18,61 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet.core.cluster.nodes import GPU_PRODUCT_LABEL
 from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
 from llmfleet.crds import labels as L
+from llmfleet.crds.gpus import GPU_PRODUCT_LABEL
 from llmfleet.crds.inference_service import AutoscalingStatus
+from llmfleet.operator.failures import ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.observed import Observed, ObservedPod
 from llmfleet.operator.pools import PodChange
 
 T = TypeVar("T")
-RETRYABLE = {409, 429, 500, 502, 503, 504}
+RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
+"""Answers worth asking again at once: conflicts, throttling, server errors."""
+RETRYABLE_WRITE = RETRYABLE - {500}
+"""For writes, a 500 is as likely the object's fault (the API server answers some invalid specs
+with it) as the server's: the pass reports it and the child's back-off tries again later."""
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 
 
-def retrying(call: Callable[[], T], attempts: int = 5) -> T:
-    """Run an API call, retrying conflicts, throttling and server errors with backoff."""
+def retrying(call: Callable[[], T], attempts: int = 5, retryable: frozenset[int] = RETRYABLE) -> T:
+    """Run an API call, retrying `retryable` answers with backoff (about 3 s in all)."""
     for attempt in range(attempts):
         try:
             return call()
         except ApiException as error:
-            if error.status not in RETRYABLE or attempt == attempts - 1:
+            if error.status not in retryable or attempt == attempts - 1:
                 raise
             time.sleep(min(0.2 * 2**attempt, 2.0))
     raise AssertionError("unreachable")
+
+
+def api_message(error: ApiException) -> str:
+    """The API server's own message in a refusal (its Status object), else the HTTP reason."""
+    try:
+        status = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        status = None
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message or error.reason or "no message").strip()
+
+
+def refusal(manifest: Mapping[str, Any], error: ApiException, action: str) -> ChildFailure:
+    """What the API server said when it refused to `action` this child."""
+    try:
+        status = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        status = None
+    reason = status.get("reason") if isinstance(status, dict) else None
+    return ChildFailure(
+        kind=manifest["kind"],
+        name=manifest["metadata"]["name"],
+        code=int(error.status or 0),
+        reason=str(reason or error.reason or "Error"),
+        message=api_message(error),
+        action=action,
+    )
 
 
 PLURALS = {
@@ -130,7 +161,7 @@ class Kube:
     ) -> None:
         self.in_flight = in_flight
         self._lock = threading.Lock()
-        self._applied: dict[tuple[str, str], dict[tuple[Any, ...], str]] = {}
+        self._applied: dict[tuple[str, str], dict[ChildKey, str]] = {}
         self.api = api
         self.field_manager = field_manager
         self.core = client.CoreV1Api(api)
@@ -216,21 +247,14 @@ class Kube:
         """Apply a child of `service` unless this exact manifest was applied since the last
         change to that service's children (`forget_children`): steady-state passes then cost
         no writes, and a hand edit (which fires a child event) is still put back."""
-        metadata = manifest["metadata"]
-        key = (
-            manifest["apiVersion"],
-            manifest["kind"],
-            metadata.get("namespace"),
-            metadata["name"],
-        )
-        digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
-        scope = (metadata.get("namespace") or "", service)
+        key, content = child_key(manifest), digest(manifest)
+        scope = (manifest["metadata"].get("namespace") or "", service)
         with self._lock:
-            if self._applied.get(scope, {}).get(key) == digest:
+            if self._applied.get(scope, {}).get(key) == content:
                 return
         self.apply(manifest)
         with self._lock:
-            self._applied.setdefault(scope, {})[key] = digest
+            self._applied.setdefault(scope, {})[key] = content
 
     def forget_children(self, namespace: str, service: str) -> None:
         """A child of the service changed (maybe by hand): apply all of them on the next pass."""
@@ -238,7 +262,10 @@ class Kube:
             self._applied.pop((namespace, service), None)
 
     def apply(self, manifest: Mapping[str, Any]) -> None:
-        """Server-side apply one object (forcing conflicts: what we manage, we own)."""
+        """Server-side apply one object (forcing conflicts: what we manage, we own).
+
+        Raises ApiException when the API server refuses it (after retrying throttling and
+        unavailability for a few seconds)."""
         metadata = manifest["metadata"]
         path = _object_path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"))
         query = [("fieldManager", self.field_manager), ("force", "true")]
@@ -254,7 +281,7 @@ class Kube:
             # Raises ApiException (with the status) for anything but 2xx.
             self.api.response_deserialize(response, {"200": "object", "201": "object"})
 
-        retrying(call)
+        retrying(call, retryable=RETRYABLE_WRITE)
 
     def change_pod(self, namespace: str, change: PodChange) -> None:
         """Apply the serving label and our annotations to one pod (absent ones are removed)."""

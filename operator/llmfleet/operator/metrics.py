@@ -23,6 +23,12 @@ class OperatorMetrics:
             ["namespace", "service", "change"],
             registry=self.registry,
         )
+        self.apply_refused = Counter(
+            "llmfleet_operator_apply_refused_total",
+            "Child objects the API server refused to take (each try; tries back off per child).",
+            ["namespace", "service", "kind", "code"],
+            registry=self.registry,
+        )
         self.events_failed = Counter(
             "llmfleet_operator_events_failed_total",
             "Kubernetes Events the operator could not post (best-effort: the pass goes on).",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,6 +18,7 @@ from llmfleet.crds.inference_service import ConditionStatus, PoolStatus
 from llmfleet.operator import children
 from llmfleet.operator.children import Manifest
 from llmfleet.operator.conditions import conditions
+from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.pools import PodChange, PoolAssignment, assign
 from llmfleet.operator.settings import OperatorSettings
@@ -72,8 +74,16 @@ def targets(service: InferenceService, observed: Observed) -> dict[str, PoolTarg
 
 
 def desired(
-    service: InferenceService, observed: Observed, settings: OperatorSettings, now: datetime
+    service: InferenceService,
+    observed: Observed,
+    settings: OperatorSettings,
+    now: datetime,
+    failures: Sequence[ChildFailure] = (),
 ) -> Plan:
+    """The children, pod changes, status and events for one pass.
+
+    The children do not depend on `failures`: a pass plans once, applies, and plans again with
+    the children the API server refused, so that the status and events report them."""
     pools = targets(service, observed)
     assignments: dict[str, PoolAssignment] = {
         pool: assign(
@@ -106,7 +116,7 @@ def desired(
             drain = settings.drain_seconds
             events.append(Event("Demoted", f"{pool}: demoted {demoted}; drains up to {drain}s"))
 
-    now_conditions = conditions(service, observed, pools, assignments, now)
+    now_conditions = conditions(service, observed, pools, assignments, now, failures=failures)
     events += condition_events(observed, now_conditions)
 
     pool_status = {
@@ -148,16 +158,27 @@ def desired(
 
 
 def condition_events(observed: Observed, now_conditions: list[Condition]) -> list[Event]:
-    """An event whenever Ready or Degraded changes status or reason (not on every pass)."""
+    """An event whenever Ready or Degraded changes status or reason (not on every pass); one
+    event when both change to the same reason and message (a problem that makes the service
+    not Ready and Degraded is said once)."""
     before = {condition.type: condition for condition in observed.conditions}
-    events: list[Event] = []
+    changed: list[Condition] = []
     for condition in now_conditions:
         old = before.get(condition.type)
-        changed = old is None or (old.status, old.reason) != (condition.status, condition.reason)
-        if condition.type in ("Ready", "Degraded") and changed:
-            bad = (condition.type == "Degraded") == (condition.status == ConditionStatus.TRUE)
-            text = f"{condition.type}={condition.status.value}: {condition.message}"
-            events.append(Event(condition.reason, text, warning=bad))
+        if condition.type in ("Ready", "Degraded") and (
+            old is None or (old.status, old.reason) != (condition.status, condition.reason)
+        ):
+            changed.append(condition)
+    events: list[Event] = []
+    for condition in changed:
+        same = [
+            c for c in changed if (c.reason, c.message) == (condition.reason, condition.message)
+        ]
+        if condition is not same[0]:
+            continue
+        bad = any((c.type == "Degraded") == (c.status == ConditionStatus.TRUE) for c in same)
+        states = ", ".join(f"{c.type}={c.status.value}" for c in same)
+        events.append(Event(condition.reason, f"{states}: {condition.message}", warning=bad))
     return events
 
 

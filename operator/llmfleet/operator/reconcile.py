@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -17,7 +18,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from llmfleet.crds import InferenceService
-from llmfleet.operator.kube import Kube
+from llmfleet.operator.children import Manifest
+from llmfleet.operator.failures import Backoff, ChildFailure, child_key, digest
+from llmfleet.operator.kube import Kube, refusal
 from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.plan import desired
 from llmfleet.operator.settings import OperatorSettings
@@ -45,25 +48,33 @@ class Reconciler:
         self.settings = settings
         self.metrics = metrics or OperatorMetrics()
         self.clock = clock
+        self.backoff = Backoff(settings.retry_seconds, settings.retry_max_seconds)
+        # Passes of one service never overlap (one loop each), but different services' passes
+        # run in parallel threads: the back-off table is shared.
+        self._backoff_lock = threading.Lock()
 
     def reconcile(self, namespace: str, name: str) -> float | None:
-        """One timed pass (see `_reconcile`); its duration and outcome become a metric."""
+        """One timed pass (see `_reconcile`); its duration and outcome (`ok`, `refused` when
+        the API server refused a child, `gone`, `error`) become a metric."""
         started = time.perf_counter()
         outcome = "error"
         try:
-            requeue = self._reconcile(namespace, name)
-            outcome = "ok"
+            requeue, refused = self._reconcile(namespace, name)
+            outcome = "refused" if refused else "ok"
             return requeue
         except Gone:
             outcome = "gone"
+            with self._backoff_lock:
+                self.backoff.forget((namespace, name))
             raise
         finally:
             self.metrics.reconcile_seconds.labels(namespace, name, outcome).observe(
                 time.perf_counter() - started
             )
 
-    def _reconcile(self, namespace: str, name: str) -> float | None:
-        """Bring one service's children and status in line; returns when to look again.
+    def _reconcile(self, namespace: str, name: str) -> tuple[float | None, bool]:
+        """Bring one service's children and status in line; returns when to look again, and
+        whether the API server refused a child.
 
         Raises `Gone` when the service no longer exists or is being deleted (its children go
         with it through owner references; nothing is left to do).
@@ -107,12 +118,14 @@ class Reconciler:
                     ]
                 },
             )
-            return None
+            return None, False
 
         observed = self.kube.observe(namespace, name, body.get("status") or {})
-        plan = desired(service, observed, self.settings, self.clock())
-        for manifest in plan.objects:
-            self.kube.apply_child(name, manifest)
+        now = self.clock()
+        plan = desired(service, observed, self.settings, now)
+        failures = self._apply(namespace, name, plan.objects, log)
+        if failures:
+            plan = desired(service, observed, self.settings, now, failures)
         if os.environ.get("LLMFLEET_OPERATOR_FAULT") == "exit-before-status":
             # Test-only fault injection: die after the children exist, before status is written.
             log.error("fault injection: exiting before writing status")
@@ -123,7 +136,7 @@ class Reconciler:
         for event in plan.events:
             if event.reason in ("Promoted", "Demoted"):
                 pool_changes.labels(namespace, name, event.reason.lower()).inc()
-            log.info("%s: %s", event.reason, event.message)
+            log.info("%s/%s %s: %s", namespace, name, event.reason, event.message)
             try:
                 self.kube.event(body, event.reason, event.message, event.warning)
             except ApiException as error:
@@ -132,4 +145,47 @@ class Reconciler:
                 log.warning("event %s not posted: %s %s", event.reason, error.status, error.reason)
                 self.metrics.events_failed.labels(namespace, name, event.reason).inc()
         self.kube.write_status(namespace, name, plan.status)
-        return plan.requeue_after
+        with self._backoff_lock:
+            retry = self.backoff.next_try((namespace, name), self.clock().timestamp())
+        waits = [wait for wait in (plan.requeue_after, retry) if wait is not None]
+        return min(waits, default=None), bool(failures)
+
+    def _apply(
+        self,
+        namespace: str,
+        name: str,
+        objects: tuple[Manifest, ...],
+        log: logging.LoggerAdapter[logging.Logger],
+    ) -> list[ChildFailure]:
+        """Apply every child the API server has not refused lately; the refusals, fresh and
+        still standing. A refusal is one warning line (no traceback: it is an answer, not a
+        bug), a count, and a back-off for that child; the other children are applied."""
+        service = (namespace, name)
+        failures: list[ChildFailure] = []
+        with self._backoff_lock:
+            self.backoff.keep(service, {child_key(manifest) for manifest in objects})
+        for manifest in objects:
+            key, content = child_key(manifest), digest(manifest)
+            with self._backoff_lock:
+                standing = self.backoff.waiting(service, key, content, self.clock().timestamp())
+            if standing is not None:
+                failures.append(standing)
+                continue
+            try:
+                self.kube.apply_child(name, manifest)
+            except ApiException as error:
+                failure = refusal(manifest, error, "apply")
+                with self._backoff_lock:
+                    delay = self.backoff.failed(
+                        service, key, content, failure, self.clock().timestamp()
+                    )
+                log.warning("%s/%s: the API server refused %s; next try in %.0fs",
+                            namespace, name, failure.describe(), delay)  # fmt: skip
+                self.metrics.apply_refused.labels(
+                    namespace, name, failure.kind, str(failure.code)
+                ).inc()
+                failures.append(failure)
+            else:
+                with self._backoff_lock:
+                    self.backoff.succeeded(service, key)
+        return failures

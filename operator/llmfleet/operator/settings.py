@@ -22,6 +22,12 @@ class OperatorSettings(LoopbackSettings):
     drain_seconds: int = Field(default=120, ge=0)
     """How long a demoted pod keeps its in-flight requests before it may be deleted; also the
     pods' termination grace period (plus a margin)."""
+    retry_seconds: float = Field(default=2.0, gt=0)
+    """After the API server refuses a child (or a whole pass fails), wait this long before
+    trying again; the wait doubles with each failure in a row, up to `retry_max_seconds`. An
+    edited spec is tried at once."""
+    retry_max_seconds: float = Field(default=300.0, gt=0)
+    """The longest wait between two tries of a refused child or a failing pass."""
     resync_seconds: float = Field(default=30.0, gt=0)
     """Reconcile every service at least this often, even when nothing changed."""
     peering: str = "llmfleet"
