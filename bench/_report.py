@@ -209,6 +209,7 @@ def report(
                 Row("latency p50", "closed loop", "p50", ms),
                 Row("latency p99", "closed loop", "p99", ms),
                 Row("proxy core busy", "closed loop", "busy", percent, direct=False),
+                Row("others on proxy core", "closed loop", "others", percent),
                 Row("failed", "closed loop", "failed", count),
             ],
             rounds,
@@ -228,9 +229,11 @@ def report(
         ),
         table(
             "\nCPU per request: the proxy process's CPU time over the phase / requests sent; "
-            "core busy: CPU time / phase wall time",
+            "core busy: that CPU time / the phase's wall time; others on core: the proxy core's "
+            "time used by other processes (idle proxies, other people's: noise) or stolen",
             [Row(f"{load} CPU/request", load, "cpu", ms, direct=False) for load in loads]
-            + [Row(f"{load} core busy", load, "busy", percent, direct=False) for load in loads],
+            + [Row(f"{load} core busy", load, "busy", percent, direct=False) for load in loads]
+            + [Row(f"{load} others on core", load, "others", percent) for load in loads],
             rounds,
             columns,
             missing,

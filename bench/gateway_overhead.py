@@ -63,6 +63,7 @@ from _targets import (
     Pinning,
     Target,
     collections,
+    core_busy_seconds,
     installed_version,
     process_cpu_seconds,
     settle,
@@ -215,7 +216,7 @@ def run_round(
     def measure(phase: str, work: Callable[[Target], tuple[Measured, int]]) -> None:
         phases[phase] = {}
         for target in order:
-            phases[phase][target.name] = observe(target, phase, work, ledger)
+            phases[phase][target.name] = observe(target, phase, work, ledger, pinning.gateway)
             print(f"  round {index + 1}: {phase} {target.name} done", file=sys.stderr, flush=True)
 
     for rate in args.rates:
@@ -233,19 +234,28 @@ def run_round(
 
 
 def observe(
-    target: Target, phase: str, work: Callable[[Target], tuple[Measured, int]], ledger: Ledger
+    target: Target,
+    phase: str,
+    work: Callable[[Target], tuple[Measured, int]],
+    ledger: Ledger,
+    core: int | None,
 ) -> Measured:
-    """Run one phase against one target; add its process's CPU per request and core share;
-    then wait for the target to go idle."""
+    """Run one phase against one target; add its process's CPU per request and core share, and
+    the share of the proxy `core` that anything else used meanwhile (other proxies idling,
+    other people's processes: noise); then wait for the target to go idle."""
     before = gc_histogram(target)
     cpu = process_cpu_seconds(target.pid) if target.pid else 0.0
+    core_before = core_busy_seconds(core) if core is not None else 0.0
     start = time.monotonic()
     measured, requests = work(target)
     end = time.monotonic()
+    used = process_cpu_seconds(target.pid) - cpu if target.pid else 0.0
     if target.pid:
-        used = process_cpu_seconds(target.pid) - cpu
         measured.values["cpu"] = used / max(requests, 1)
         measured.values["busy"] = used / (end - start)
+    if core is not None:
+        others = core_busy_seconds(core) - core_before - used
+        measured.values["others"] = max(others, 0.0) / (end - start)
     if target.gc_file:
         ledger.windows.append((target.name, phase, start, end))
         after = gc_histogram(target)
