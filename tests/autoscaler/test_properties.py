@@ -71,11 +71,13 @@ def test_invariants(data: st.DataObject) -> None:
     names = ["unified"] if mode == "Unified" else ["prefill", "decode"]
     pool_specs = {name: data.draw(_pool_spec()) for name in names}
     gpus = data.draw(st.integers(1, 8))
+    # Admission refuses a budget below the spec's replicas (which cover minReplicas too).
+    least_budget = max(1, gpus * sum(pool["replicas"] for pool in pool_specs.values()))
     service = spec(
         mode=mode,
         pools=pool_specs,
         warm_spares=data.draw(st.integers(0, 3)),
-        gpu_budget=data.draw(st.none() | st.integers(1, 400)),
+        gpu_budget=data.draw(st.none() | st.integers(least_budget, 400)),
         gpus_per_pod=gpus,
         window=data.draw(st.integers(0, 600)),
     )
