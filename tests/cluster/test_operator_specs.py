@@ -107,16 +107,10 @@ def test_non_bmp_characters_in_every_free_text_field_become_ready(
     assert status["observedGeneration"] == 1
 
 
-CHILD_SUFFIXES = ("-metrics", "-runtime", "-prefill", "-decode", "-unified")
-LONGEST_NAME = 63 - max(map(len, CHILD_SUFFIXES))
-"""A Service name is a DNS label (63 characters) and the longest suffix a child adds is 8."""
-
-
 @pytest.mark.parametrize("mode", ["Unified", "Disaggregated"])
 def test_a_name_at_the_length_limit_becomes_ready(kube: Kube, ns_long: str, mode: str) -> None:
     ns = ns_long
-    name = f"long-{mode.lower()}-".ljust(LONGEST_NAME, "x")
-    assert len(name) == 55
+    name = f"long-{mode.lower()}-".ljust(L.SERVICE_NAME_MAX_LENGTH, "x")  # admission's limit
     topology: dict[str, Any] = {"mode": mode}
     if mode == "Unified":
         topology["unified"] = {"replicas": 1}
@@ -134,7 +128,7 @@ def test_a_name_at_the_length_limit_becomes_ready(kube: Kube, ns_long: str, mode
     children = kube.get("deployments,services,configmaps,poddisruptionbudgets", "-n", ns,
                         "-l", f"{L.SERVICE}={name}")["items"]  # fmt: skip
     longest = max(len(child["metadata"]["name"]) for child in children)
-    assert longest == 63
+    assert longest == L.DNS_LABEL_MAX_LENGTH
 
 
 def refuse_deployment(kube: Kube, ns: str, name: str) -> str:
