@@ -48,7 +48,9 @@ class StandIn:
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.body
 
-    def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> Observed:
+    def observe(
+        self, namespace: str, name: str, status: Mapping[str, Any], pools: object
+    ) -> Observed:
         conditions = self.status.get("conditions", [])
         return Observed(conditions=tuple(Condition.model_validate(c) for c in conditions))
 

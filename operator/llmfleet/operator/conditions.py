@@ -14,6 +14,7 @@ from llmfleet.crds.inference_service import ConditionStatus
 from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.pools import PoolAssignment
+from llmfleet.operator.prune import Pruning
 
 if TYPE_CHECKING:
     from llmfleet.operator.plan import PoolTarget
@@ -87,6 +88,30 @@ def _refused(failures: Sequence[ChildFailure]) -> tuple[str, str] | None:
     return reason, message
 
 
+def _progressing(
+    settling: list[str], summary: str, pruning: Pruning | None
+) -> tuple[ConditionStatus, str, str]:
+    """Scaling while a pool of the spec settles, RemovingPools while a pool the spec no longer
+    has drains or goes (or waits, once nothing else settles), else Stable."""
+    going, waiting = [], ""
+    if pruning is not None:
+        going = [f"{pool} ({a.replicas} pod(s) draining)" for pool, a in pruning.draining.items()]
+        going += [f"{pool} (drained, deleted now)" for pool in pruning.removed]
+        waiting = ", ".join(pruning.waiting)
+    if going:
+        removing = ", ".join(going)
+        message = f"Removing pools the spec no longer has: {removing}; {summary}."
+        return ConditionStatus.TRUE, "RemovingPools", message
+    if settling:
+        until = f" {waiting} keep(s) serving until then." if waiting else ""
+        message = f"Pools settling: {', '.join(settling)} ({summary}).{until}"
+        return ConditionStatus.TRUE, "Scaling", message
+    if waiting:
+        message = f"{waiting} no longer in the spec, kept until every child is applied; {summary}."
+        return ConditionStatus.TRUE, "RemovingPools", message
+    return ConditionStatus.FALSE, "Stable", f"Every pool runs its target ({summary})."
+
+
 def conditions(
     service: InferenceService,
     observed: Observed,
@@ -95,6 +120,7 @@ def conditions(
     now: datetime,
     *,
     failures: Sequence[ChildFailure] = (),
+    pruning: Pruning | None = None,
 ) -> list[Condition]:
     generation = service.metadata.get("generation")
     gpus = service.spec.runtime.gpu
@@ -146,11 +172,7 @@ def conditions(
         for pool, a in assignments.items()
         if a.total != a.replicas or a.ready < a.total or short[pool]
     ]
-    progressing = (
-        (ConditionStatus.TRUE, "Scaling", f"Pools settling: {', '.join(settling)} ({summary}).")
-        if settling
-        else (ConditionStatus.FALSE, "Stable", f"Every pool runs its target ({summary}).")
-    )
+    progressing = _progressing(settling, summary, pruning)
     degraded = (
         (ConditionStatus.TRUE, problem[0], problem[1])
         if problem is not None

@@ -11,8 +11,9 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from kubernetes import client
@@ -24,7 +25,7 @@ from llmfleet.crds.gpus import GPU_PRODUCT_LABEL
 from llmfleet.crds.inference_service import AutoscalingStatus
 from llmfleet.operator.failures import ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.inflight import probe_in_flight
-from llmfleet.operator.observed import Observed, ObservedPod
+from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
 from llmfleet.operator.pools import PodChange
 
 T = TypeVar("T")
@@ -74,6 +75,17 @@ def refusal(manifest: Mapping[str, Any], error: ApiException, action: str) -> Ch
         action=action,
     )
 
+
+CHILD_KINDS = (
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("policy/v1", "PodDisruptionBudget"),
+)
+"""The kinds of a service's children (with `MONITOR_KIND` where its CRD exists)."""
+MONITOR_KIND = ("monitoring.coreos.com/v1", "ServiceMonitor")
+RETRYABLE_DELETE = RETRYABLE_WRITE - {409}
+"""A delete's 409 is its uid precondition failing: another object of that name, not a race."""
 
 PLURALS = {
     "ConfigMap": "configmaps",
@@ -215,7 +227,10 @@ class Kube:
             raise
         return body
 
-    def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> Observed:
+    def observe(
+        self, namespace: str, name: str, status: Mapping[str, Any], pools: Collection[str]
+    ) -> Observed:
+        """Everything the plan needs about the service `name` whose spec has `pools`."""
         pods = retrying(
             lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{L.SERVICE}={name}")
         )
@@ -231,15 +246,76 @@ class Kube:
         # Nodes are listed only while a pod is unschedulable: the one case their GPU products
         # explain (no node of the service's GPU type), and no cost in steady state.
         unschedulable = any(pod.unschedulable and not pod.terminating for pod in observed)
+        monitors = self.service_monitor_crd()
+        children = self.children(namespace, name, monitors)
+        retiring = any(child.pool and child.pool not in pools for child in children)
         return Observed(
             pods=tuple(observed),
+            children=children,
+            ready_endpoints=self.ready_endpoints(namespace, name) if retiring else None,
             gpu_node_products=self.gpu_node_products() if unschedulable else None,
-            service_monitor_crd=self.service_monitor_crd(),
+            service_monitor_crd=monitors,
             conditions=tuple(
                 Condition.model_validate(condition) for condition in status.get("conditions", [])
             ),
             autoscaling=AutoscalingStatus.model_validate(autoscaling) if autoscaling else None,
         )
+
+    def children(self, namespace: str, name: str, monitors: bool) -> tuple[ObservedChild, ...]:
+        """Every object of a child kind in the namespace labelled `llmfleet.dev/service: name`,
+        with its labels and controller owner, for the plan to decide what is really ours."""
+        kinds = [*CHILD_KINDS, MONITOR_KIND] if monitors else list(CHILD_KINDS)
+        query = [("labelSelector", f"{L.SERVICE}={name}")]
+        found: list[ObservedChild] = []
+        for api_version, kind in kinds:
+            path = _object_path(api_version, kind, namespace)
+            listing = retrying(partial(self._call, "GET", path, query))
+            for item in listing.get("items") or []:
+                meta = item["metadata"]
+                owners = meta.get("ownerReferences") or []
+                found.append(
+                    ObservedChild(
+                        api_version=api_version, kind=kind, namespace=namespace,
+                        name=meta["name"], uid=meta["uid"], labels=meta.get("labels") or {},
+                        controller_uid=next(
+                            (ref.get("uid") for ref in owners if ref.get("controller")), None
+                        ),
+                    )
+                )  # fmt: skip
+        return tuple(found)
+
+    def ready_endpoints(self, namespace: str, name: str) -> dict[str, int]:
+        """Pool -> ready endpoints in its Service's EndpointSlices (which carry the Service's
+        labels, so one list finds every pool's)."""
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+        query = [("labelSelector", f"{L.SERVICE}={name},{L.POOL}")]
+        listing = retrying(partial(self._call, "GET", path, query))
+        counts: dict[str, int] = {}
+        for item in listing.get("items") or []:
+            pool = item["metadata"]["labels"][L.POOL]
+            ready = [e for e in item.get("endpoints") or [] if e.get("conditions", {}).get("ready")]
+            counts[pool] = counts.get(pool, 0) + len(ready)
+        return counts
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One request by path (kinds need no typed client); the answer's JSON object. Raises
+        ApiException for anything but 2xx."""
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        request = self.api.param_serialize(
+            method, path, query_params=query, header_params=headers, body=body,
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        response = self.api.call_api(*request)
+        response.read()  # type: ignore[no-untyped-call]
+        answer = self.api.response_deserialize(response, {"2XX": "object"})
+        return cast(dict[str, Any], answer.data or {})
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -269,19 +345,25 @@ class Kube:
         metadata = manifest["metadata"]
         path = _object_path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"))
         query = [("fieldManager", self.field_manager), ("force", "true")]
-        headers = {"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"}
+        body = apply_body(manifest)
+        retrying(
+            lambda: self._call("PATCH", f"{path}/{metadata['name']}", query, body,
+                               "application/apply-patch+yaml"),
+            retryable=RETRYABLE_WRITE,
+        )  # fmt: skip
 
-        def call() -> None:
-            request = self.api.param_serialize(
-                "PATCH", f"{path}/{metadata['name']}", query_params=query,
-                header_params=headers, body=apply_body(manifest), auth_settings=["BearerToken"],
-            )  # fmt: skip
-            response = self.api.call_api(*request)
-            response.read()  # type: ignore[no-untyped-call]
-            # Raises ApiException (with the status) for anything but 2xx.
-            self.api.response_deserialize(response, {"200": "object", "201": "object"})
-
-        retrying(call, retryable=RETRYABLE_WRITE)
+    def delete_child(self, child: ObservedChild) -> None:
+        """Delete a child that is no longer wanted, its dependents (a Deployment's pods) after
+        it in the background. Only that very object: a new one of the same name (another uid)
+        is left alone, and one already gone is fine."""
+        path = f"{_object_path(child.api_version, child.kind, child.namespace)}/{child.name}"
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
+                   "preconditions": {"uid": child.uid}}  # fmt: skip
+        try:
+            retrying(lambda: self._call("DELETE", path, [], options), retryable=RETRYABLE_DELETE)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
 
     def change_pod(self, namespace: str, change: PodChange) -> None:
         """Apply the serving label and our annotations to one pod (absent ones are removed)."""

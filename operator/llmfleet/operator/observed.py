@@ -1,10 +1,12 @@
-"""What the operator saw of one InferenceService's world (plain data; filled by `observe.py`)."""
+"""What the operator saw of one InferenceService's world (plain data; filled by `kube.py`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import AutoscalingStatus, Condition
 
 
@@ -26,6 +28,30 @@ class ObservedPod:
 
 
 @dataclass(frozen=True)
+class ObservedChild:
+    """An object of a kind the operator writes that carries the service's label
+    (`llmfleet.dev/service`): one of its children, or a look-alike (see `prune.ours`)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    controller_uid: str | None = None
+    """uid of the owner reference marked `controller` (None without one)."""
+
+    @property
+    def pool(self) -> str | None:
+        return self.labels.get(L.POOL)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """Same shape as `failures.child_key` of a manifest."""
+        return (self.api_version, self.kind, self.namespace, self.name)
+
+
+@dataclass(frozen=True)
 class Observed:
     pods: tuple[ObservedPod, ...] = ()
     service_monitor_crd: bool = False
@@ -37,6 +63,12 @@ class Observed:
     gpu_node_products: tuple[str, ...] | None = None
     """`nvidia.com/gpu.product` of every GPU node in the cluster, one entry per node; None when
     not looked at (it is only while a pod is unschedulable) or not allowed to list nodes."""
+
+    children: tuple[ObservedChild, ...] = ()
+    """Objects of the kinds the operator writes that carry the service's label."""
+    ready_endpoints: Mapping[str, int] | None = None
+    """Ready endpoints of each pool's Service (its EndpointSlices: what the gateway routes
+    to); looked at only while a pool the spec no longer has still has children."""
 
     def pool_pods(self, pool: str) -> list[ObservedPod]:
         return [pod for pod in self.pods if pod.pool == pool and not pod.terminating]

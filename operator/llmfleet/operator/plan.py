@@ -18,9 +18,10 @@ from llmfleet.crds.inference_service import ConditionStatus, PoolStatus
 from llmfleet.operator import children
 from llmfleet.operator.children import Manifest
 from llmfleet.operator.conditions import conditions
-from llmfleet.operator.failures import ChildFailure
-from llmfleet.operator.observed import Observed
+from llmfleet.operator.failures import ChildFailure, child_key
+from llmfleet.operator.observed import Observed, ObservedChild
 from llmfleet.operator.pools import PodChange, PoolAssignment, assign
+from llmfleet.operator.prune import prune
 from llmfleet.operator.settings import OperatorSettings
 
 
@@ -44,6 +45,9 @@ class Event:
 @dataclass(frozen=True)
 class Plan:
     objects: tuple[Manifest, ...]
+    """Children to server-side apply."""
+    deletions: tuple[ObservedChild, ...]
+    """Children to delete: the spec no longer wants them (`prune.py`)."""
     pod_changes: tuple[PodChange, ...]
     status: dict[str, object]
     """Merge patch for the status subresource (never touches `status.autoscaling`)."""
@@ -105,7 +109,16 @@ def desired(
             children.disruption_budget(service, pool),
         ]
 
+    pruning = prune(
+        service, observed, wanted={child_key(o) for o in objects},
+        replacements_serve=not failures and replacements_serve(pools, observed), now=now,
+        drain_seconds=settings.drain_seconds,
+    )  # fmt: skip
+    refused = {(failure.kind, failure.name) for failure in failures}
+    deletions = [c for c in pruning.deletions if (c.kind, c.name) not in refused]
+
     events: list[Event] = []
+    drain = settings.drain_seconds
     for pool, assignment in assignments.items():
         if assignment.promoted:
             promoted = ", ".join(assignment.promoted)
@@ -113,13 +126,24 @@ def desired(
             events.append(Event("Promoted", f"{pool}: promoted {promoted} ({wanted} active)"))
         if assignment.demoted:
             demoted = ", ".join(assignment.demoted)
-            drain = settings.drain_seconds
             events.append(Event("Demoted", f"{pool}: demoted {demoted}; drains up to {drain}s"))
+    for pool, assignment in pruning.draining.items():
+        if assignment.demoted:
+            demoted = ", ".join(assignment.demoted)
+            events.append(Event("Demoted", f"{pool}: demoted {demoted}; drains up to {drain}s, "
+                                "then the pool is removed (no longer in the spec)"))  # fmt: skip
+    if deletions:
+        deleted = ", ".join(f"{child.kind} {child.name}" for child in deletions)
+        events.append(Event("Pruned", f"Deleted {deleted}: no longer in the spec"))
 
-    now_conditions = conditions(service, observed, pools, assignments, now, failures=failures)
+    now_conditions = conditions(
+        service, observed, pools, assignments, now, failures=failures, pruning=pruning
+    )
     events += condition_events(observed, now_conditions)
 
-    pool_status = {
+    # A merge patch keeps keys it does not name: a pool the spec dropped is removed by null.
+    pool_status: dict[str, object] = dict.fromkeys(L.POOLS)
+    pool_status |= {
         pool: PoolStatus(
             replicas=assignment.total,
             ready_replicas=assignment.ready,
@@ -152,9 +176,27 @@ def desired(
         assignment.replicas > pools[pool].active + pools[pool].spares
         for pool, assignment in assignments.items()
     )
-    requeue = 2.0 if settling or draining else None
-    pod_changes = tuple(change for a in assignments.values() for change in a.changes)
-    return Plan(tuple(objects), pod_changes, status, tuple(events), requeue)
+    removing = pruning.draining or pruning.waiting or pruning.removed
+    requeue = 2.0 if settling or draining or removing else None
+    pod_changes = tuple(
+        change
+        for assignment in (*assignments.values(), *pruning.draining.values())
+        for change in assignment.changes
+    )
+    return Plan(tuple(objects), tuple(deletions), pod_changes, status, tuple(events), requeue)
+
+
+def replacements_serve(pools: dict[str, PoolTarget], observed: Observed) -> bool:
+    """Whether pools the spec no longer has may drain: every pool of the spec has its target
+    of ready endpoints (counted in the EndpointSlices, which the gateway routes by, not in pod
+    labels, which reach them a moment later).
+
+    NOTE: make-before-break needs GPUs for the old pools and the new at once; when pods of the
+    new pools wait unschedulable, the old pools (which may hold those GPUs) go first."""
+    if any(pod.unschedulable for pool in pools for pod in observed.pool_pods(pool)):
+        return True
+    endpoints = observed.ready_endpoints or {}
+    return all(endpoints.get(pool, 0) >= target.active for pool, target in pools.items())
 
 
 def condition_events(observed: Observed, now_conditions: list[Condition]) -> list[Event]:

@@ -13,19 +13,20 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from llmfleet.crds import InferenceService
-from llmfleet.operator.children import Manifest
-from llmfleet.operator.failures import Backoff, ChildFailure, child_key, digest
+from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.kube import Kube, refusal
 from llmfleet.operator.metrics import OperatorMetrics
-from llmfleet.operator.plan import desired
+from llmfleet.operator.plan import Plan, desired
 from llmfleet.operator.settings import OperatorSettings
 
 Clock = Callable[[], datetime]
+log = logging.getLogger("llmfleet.operator")
 
 
 def utc_now() -> datetime:
@@ -83,9 +84,6 @@ class Reconciler:
         if body is None or body["metadata"].get("deletionTimestamp"):
             raise Gone(f"{namespace}/{name}")
         metadata = body["metadata"]
-        log = logging.LoggerAdapter(
-            logging.getLogger("llmfleet.operator"), {"namespace": namespace, "service": name}
-        )
         try:
             service = InferenceService.model_validate(
                 {
@@ -120,15 +118,20 @@ class Reconciler:
             )
             return None, False
 
-        observed = self.kube.observe(namespace, name, body.get("status") or {})
+        pools = service.spec.pools()
+        observed = self.kube.observe(namespace, name, body.get("status") or {}, pools)
         now = self.clock()
         plan = desired(service, observed, self.settings, now)
-        failures = self._apply(namespace, name, plan.objects, log)
+        failures = self._apply(namespace, name, plan)
         if failures:
+            plan = desired(service, observed, self.settings, now, failures)
+        refused_deletes = self._delete(namespace, name, plan)
+        if refused_deletes:
+            failures += refused_deletes
             plan = desired(service, observed, self.settings, now, failures)
         if os.environ.get("LLMFLEET_OPERATOR_FAULT") == "exit-before-status":
             # Test-only fault injection: die after the children exist, before status is written.
-            log.error("fault injection: exiting before writing status")
+            log.error("%s/%s: fault injection: exiting before writing status", namespace, name)
             os._exit(137)
         for change in plan.pod_changes:
             self.kube.change_pod(namespace, change)
@@ -142,7 +145,8 @@ class Reconciler:
             except ApiException as error:
                 # Events are best-effort (a namespace being deleted refuses them, an API server
                 # may throttle them): one line and a count, and the status is still written.
-                log.warning("event %s not posted: %s %s", event.reason, error.status, error.reason)
+                log.warning("%s/%s: event %s not posted: %s %s",
+                            namespace, name, event.reason, error.status, error.reason)  # fmt: skip
                 self.metrics.events_failed.labels(namespace, name, event.reason).inc()
         self.kube.write_status(namespace, name, plan.status)
         with self._backoff_lock:
@@ -150,42 +154,68 @@ class Reconciler:
         waits = [wait for wait in (plan.requeue_after, retry) if wait is not None]
         return min(waits, default=None), bool(failures)
 
-    def _apply(
-        self,
-        namespace: str,
-        name: str,
-        objects: tuple[Manifest, ...],
-        log: logging.LoggerAdapter[logging.Logger],
-    ) -> list[ChildFailure]:
+    def _apply(self, namespace: str, name: str, plan: Plan) -> list[ChildFailure]:
         """Apply every child the API server has not refused lately; the refusals, fresh and
-        still standing. A refusal is one warning line (no traceback: it is an answer, not a
-        bug), a count, and a back-off for that child; the other children are applied."""
+        still standing. The other children are applied whatever happens to one."""
         service = (namespace, name)
-        failures: list[ChildFailure] = []
         with self._backoff_lock:
-            self.backoff.keep(service, {child_key(manifest) for manifest in objects})
-        for manifest in objects:
-            key, content = child_key(manifest), digest(manifest)
-            with self._backoff_lock:
-                standing = self.backoff.waiting(service, key, content, self.clock().timestamp())
-            if standing is not None:
-                failures.append(standing)
-                continue
-            try:
-                self.kube.apply_child(name, manifest)
-            except ApiException as error:
-                failure = refusal(manifest, error, "apply")
-                with self._backoff_lock:
-                    delay = self.backoff.failed(
-                        service, key, content, failure, self.clock().timestamp()
-                    )
-                log.warning("%s/%s: the API server refused %s; next try in %.0fs",
-                            namespace, name, failure.describe(), delay)  # fmt: skip
-                self.metrics.apply_refused.labels(
-                    namespace, name, failure.kind, str(failure.code)
-                ).inc()
+            keys = {child_key(manifest) for manifest in plan.objects}
+            self.backoff.keep(service, keys | {c.key for c in plan.deletions})
+        failures: list[ChildFailure] = []
+        for manifest in plan.objects:
+            failure = self._write(
+                service, child_key(manifest), digest(manifest),
+                write=partial(self.kube.apply_child, name, manifest),
+                refused=partial(refusal, manifest, action="apply"),
+            )  # fmt: skip
+            if failure is not None:
                 failures.append(failure)
-            else:
-                with self._backoff_lock:
-                    self.backoff.succeeded(service, key)
         return failures
+
+    def _delete(self, namespace: str, name: str, plan: Plan) -> list[ChildFailure]:
+        """Delete the children the spec no longer wants; the refusals (as `_apply`)."""
+        failures: list[ChildFailure] = []
+        for child in plan.deletions:
+            failure = self._write(
+                (namespace, name), child.key, child.uid,
+                write=partial(self.kube.delete_child, child),
+                refused=partial(refusal, {"kind": child.kind, "metadata": {"name": child.name}},
+                                action="delete"),
+            )  # fmt: skip
+            if failure is None:
+                log.info("%s/%s: deleted %s %s (no longer in the spec)",
+                         namespace, name, child.kind, child.name)  # fmt: skip
+            else:
+                failures.append(failure)
+        return failures
+
+    def _write(
+        self,
+        service: tuple[str, str],
+        key: ChildKey,
+        content: str,
+        *,
+        write: Callable[[], None],
+        refused: Callable[[ApiException], ChildFailure],
+    ) -> ChildFailure | None:
+        """One write of one child unless its back-off for this very `content` still runs; the
+        failure that stands, or None. A refusal is one warning line (no traceback: it is an
+        answer, not a bug), a count, and the child's next back-off step."""
+        with self._backoff_lock:
+            standing = self.backoff.waiting(service, key, content, self.clock().timestamp())
+        if standing is not None:
+            return standing
+        try:
+            write()
+        except ApiException as error:
+            failure = refused(error)
+            with self._backoff_lock:
+                now = self.clock().timestamp()
+                delay = self.backoff.failed(service, key, content, failure, now)
+            log.warning("%s/%s: the API server refused %s; next try in %.0fs",
+                        *service, failure.describe(), delay)  # fmt: skip
+            self.metrics.apply_refused.labels(*service, failure.kind, str(failure.code)).inc()
+            return failure
+        with self._backoff_lock:
+            self.backoff.succeeded(service, key)
+        return None
