@@ -8,7 +8,8 @@ with:
   503 with `Retry-After` (uvicorn's own `limit_concurrency` counts differently and answers in
   plain text);
 - a header-read timeout, armed when a connection opens and when a request's first byte arrives,
-  cancelled when its headers are complete: past it the client gets 408 and the connection closes;
+  cleared when its headers are complete: past it the client gets 408 and the connection closes
+  (checked by one sweep per server every half timeout, not a timer per request);
 - a limit on the headers' total size: past it, 431 and the connection closes.
 Both answers are OpenAI-shaped JSON. The body's own limits (size, read timeout) are the app's
 (`app.py`), where the route is known.
@@ -65,32 +66,30 @@ def protocol(settings: GatewaySettings) -> type[HttpToolsProtocol]:
     )
 
     class GatewayProtocol(HttpToolsProtocol):
-        _timer: asyncio.TimerHandle | None = None
+        _deadline: float | None = None
+        """When this connection's headers must be complete (None: not reading headers)."""
         _header_bytes = 0
         _oversized = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
+            _sweep_later(self.loop, self.connections, timeout)
 
         def _arm(self) -> None:
-            if self._timer is None:
-                self._timer = self.loop.call_later(timeout, self._headers_too_slow)
+            if self._deadline is None:
+                self._deadline = self.loop.time() + timeout
 
         def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._deadline = None
 
-        def _headers_too_slow(self) -> None:
-            self._timer = None
-            if not self.transport.is_closing():
-                self.transport.write(too_slow)
-                self.transport.close()
+        def headers_overdue(self, now: float) -> None:
+            """Answer 408 and close if the headers are past their deadline."""
+            if self._deadline is not None and now >= self._deadline:
+                self._deadline = None
+                if not self.transport.is_closing():
+                    self.transport.write(too_slow)
+                    self.transport.close()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -127,6 +126,33 @@ def protocol(settings: GatewaySettings) -> type[HttpToolsProtocol]:
     return GatewayProtocol
 
 
+_SWEEPING: set[int] = set()
+"""Ids of the connection sets (one per server) a sweep is scheduled for."""
+
+
+def _sweep_later(loop: asyncio.AbstractEventLoop, connections: set[Any], timeout: float) -> None:
+    """Every `timeout`/2 seconds, answer 408 on the connections whose headers are overdue: one
+    timer per server instead of one per request (a request's deadline is a float it stores),
+    so a slow-header client is closed between `timeout` and 1.5 x `timeout`."""
+    key = id(connections)
+    if key in _SWEEPING:
+        return
+    _SWEEPING.add(key)
+
+    def sweep() -> None:
+        now = loop.time()
+        for connection in list(connections):
+            overdue = getattr(connection, "headers_overdue", None)
+            if overdue is not None:
+                overdue(now)
+        if connections:
+            loop.call_later(timeout / 2, sweep)
+        else:  # no connection left: the next one schedules a sweep again
+            _SWEEPING.discard(key)
+
+    loop.call_later(timeout / 2, sweep)
+
+
 def serve(app: Any, settings: GatewaySettings) -> None:
     """Run `app` until SIGINT/SIGTERM with the gateway's server settings."""
     config = uvicorn.Config(
@@ -137,6 +163,8 @@ def serve(app: Any, settings: GatewaySettings) -> None:
         http=protocol(settings),
         timeout_keep_alive=settings.keepalive_timeout_seconds,
         access_log=False,
+        proxy_headers=False,  # the gateway reads no client address; its middleware cost 2%
+        server_header=False,
         log_level=settings.log_level.lower(),
     )
     uvicorn.Server(config).run()
