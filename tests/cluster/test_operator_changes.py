@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmfleet.crds import labels as L
-from tests.cluster.kube import Kube, condition, install_crds, serving_endpoints, wait_ready
+from tests.cluster.kube import Kube, condition, install_crds, wait_ready
 from tests.cluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
@@ -54,6 +54,18 @@ def look_alike(name: str, labels: dict[str, str], owner: dict[str, Any] | None) 
     if owner is not None:
         deployment["metadata"]["ownerReferences"] = [owner]
     return json.dumps(deployment)
+
+
+def serving_by_pool(kube: Kube, ns: str, name: str) -> dict[str, int]:
+    """Ready endpoints per pool, from one list of the EndpointSlices (one snapshot: a look at
+    each pool in turn could see the new pool before it filled and the old after it emptied)."""
+    slices = kube.get("endpointslices", "-n", ns, "-l", f"{L.SERVICE}={name},{L.POOL}")["items"]
+    counts: dict[str, int] = {}
+    for item in slices:
+        pool = item["metadata"]["labels"][L.POOL]
+        ready = [e for e in item.get("endpoints") or [] if e.get("conditions", {}).get("ready")]
+        counts[pool] = counts.get(pool, 0) + len(ready)
+    return counts
 
 
 def children(kube: Kube, ns: str, name: str) -> list[str]:
@@ -106,9 +118,8 @@ def test_unified_to_disaggregated_to_unified_leaves_exactly_the_wanted_children(
             pools: list[str] = pools, before: list[str] = before, gaps: list[str] = gaps
         ) -> bool:
             # Make-before-break: at every look, the old pools or the new ones serve.
-            serving = {pool: len(serving_endpoints(kube, ns, f"{name}-{pool}"))
-                       for pool in ("unified", "prefill", "decode")}  # fmt: skip
-            if not all(serving[p] for p in pools) and not all(serving[p] for p in before):
+            serving = serving_by_pool(kube, ns, name)
+            if not all(serving.get(p) for p in pools) and not all(serving.get(p) for p in before):
                 gaps.append(str(serving))
             found = children(kube, ns, name)
             return found == sorted(wanted(name, pools) + list(strangers)) and (
