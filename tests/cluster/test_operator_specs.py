@@ -1,5 +1,6 @@
 """The operator under specs written outside the project's own samples (issue 15): every Unicode
-text, names at the length limit, children the API server refuses."""
+text, names at the length limit, children the API server refuses, zero replicas, a GPU budget
+smaller than what spares and the autoscaler ask for."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ pytestmark = pytest.mark.cluster
 SUFFIX = os.getpid() % 10000
 RETRY, RETRY_MAX = 1.0, 4.0
 """The module operator's back-off after a refusal: 1 s, doubling up to 4 s."""
-NAMESPACES = {key: f"specs-{key}-{SUFFIX}" for key in ("unicode", "long", "refused")}
+NAMESPACES = {
+    key: f"specs-{key}-{SUFFIX}" for key in ("unicode", "long", "refused", "zero", "budget")
+}
 """The module operator's namespaces (named up front, as in test_operator.py)."""
 
 
@@ -55,6 +58,8 @@ def _namespace(key: str) -> Any:
 ns_unicode = _namespace("unicode")
 ns_long = _namespace("long")
 ns_refused = _namespace("refused")
+ns_zero = _namespace("zero")
+ns_budget = _namespace("budget")
 
 
 def create(kube: Kube, ns: str, service: dict[str, Any]) -> None:
@@ -238,3 +243,76 @@ def test_refused_children_give_a_status_a_warning_once_and_one_line_per_back_off
     kube.kubectl("delete", "quota", "no-budgets", "-n", ns)
     wait_ready(kube, ns, name, timeout=30)
     assert condition(kube, ns, name, "Degraded")["status"] == "False"
+
+
+def small(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": "org/m"}, "runtime": {"gpu": {"type": "H100", "count": 1}},
+                 "topology": {"unified": {"replicas": replicas, "maxReplicas": 8}}, **spec},
+    }  # fmt: skip
+
+
+def test_zero_replicas_is_not_ready_and_one_is(kube: Kube, ns_zero: str) -> None:
+    ns, name = ns_zero, "zero"
+    create(kube, ns, small(name, 0))
+    kube.wait_for(lambda: condition(kube, ns, name).get("reason") == "ScaledToZero", 30,
+                  "Ready=False ScaledToZero")  # fmt: skip
+    ready = condition(kube, ns, name)
+    print(f"Ready={ready['status']} {ready['reason']}: {ready['message']}")
+    assert ready["status"] == "False"
+    assert condition(kube, ns, name, "Degraded")["status"] == "False"
+    listing = kube.kubectl("get", "llmsvc", "-n", ns)
+    print(listing)
+    assert listing.splitlines()[1].split()[2] == "False"  # the READY column
+    kube.kubectl("patch", f"inferenceservices.llmfleet.dev/{name}", "-n", ns, "--type=merge",
+                 "-p", '{"spec":{"topology":{"unified":{"replicas":1}}}}')  # fmt: skip
+    wait_ready(kube, ns, name)
+
+
+def test_spares_and_autoscaler_decisions_stay_within_the_gpu_budget(
+    kube: Kube, ns_budget: str
+) -> None:
+    ns, name, budget = ns_budget, "budget", 3
+    autoscaling = {"enabled": True, "warmSpares": 2, "gpuBudget": budget}
+    create(kube, ns, small(name, 2, autoscaling=autoscaling))
+    wait_ready(kube, ns, name)
+    most: list[int] = []
+
+    def pods() -> int:
+        found = kube.get("pods", "-n", ns, "-l", f"{L.SERVICE}={name}")["items"]
+        most.append(len(found))
+        return len(found)
+
+    limited = kube.wait_for(
+        lambda: (c := condition(kube, ns, name, "ScalingLimited")).get("status") == "True" and c,
+        30, "ScalingLimited=True",
+    )  # fmt: skip
+    print(f"ScalingLimited {limited['reason']}: {limited['message']}")
+    assert limited["reason"] == "GPUBudget"
+    assert "2 active + 1 spare of 2 + 2 wanted (spec)" in limited["message"]
+    kube.wait_for(lambda: pods() == budget, 30, f"{budget} pods (2 active + 1 spare)")
+
+    # An autoscaler decision beyond the budget (written as the autoscaler writes it).
+    decision = {"pools": {"unified": {"active": 6, "spares": 1, "reason": "test"}}}
+    kube.kubectl("patch", f"inferenceservices.llmfleet.dev/{name}", "-n", ns,
+                 "--subresource=status", "--type=merge",
+                 "-p", json.dumps({"status": {"autoscaling": decision}}))  # fmt: skip
+    kube.wait_for(lambda: "of 6 + 1 wanted (autoscaler)" in condition(
+        kube, ns, name, "ScalingLimited").get("message", ""), 30, "the cut decision")  # fmt: skip
+    message = condition(kube, ns, name, "ScalingLimited")["message"]
+    assert "unified runs 3 active + 0 spare of 6 + 1 wanted (autoscaler)" in message
+    kube.wait_for(lambda: len(serving(kube, ns, name)) == budget, 30, "3 serving pods")
+    for _ in range(10):  # a while of watching: never a pod more
+        pods()
+    deployment = kube.get(f"deployment/{name}-unified", "-n", ns)
+    assert deployment["spec"]["replicas"] == budget
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert max(most) <= budget, most
+    assert warnings(kube, ns, "GPUBudget")
+
+
+def serving(kube: Kube, ns: str, name: str) -> list[str]:
+    selector = f"{L.SERVICE}={name},{L.SERVING}=true"
+    return [p["metadata"]["name"] for p in kube.get("pods", "-n", ns, "-l", selector)["items"]]

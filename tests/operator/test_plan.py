@@ -148,10 +148,11 @@ def test_runtime_config_changes_roll_the_pods() -> None:
 def test_autoscaler_decision_is_obeyed_within_min_and_max() -> None:
     service = load("spares")  # min 1, max 4, 1 warm spare, autoscaling on
     decide = {"pools": {"unified": {"active": 9, "spares": 2, "reason": "burst"}}}
-    chosen = targets(service, Observed(autoscaling=AutoscalingStatus.model_validate(decide)))
+    observed = Observed(autoscaling=AutoscalingStatus.model_validate(decide))
+    chosen = targets(service, observed, NOW, SETTINGS.drain_seconds)
     assert (chosen["unified"].active, chosen["unified"].spares) == (4, 2)
     assert chosen["unified"].source == "autoscaler"
-    assert targets(service, Observed())["unified"].active == 1
+    assert targets(service, Observed(), NOW, SETTINGS.drain_seconds)["unified"].active == 1
 
 
 def test_insufficient_gpu_condition() -> None:

@@ -101,7 +101,7 @@ def test_a_refused_event_is_counted_and_the_status_is_still_written() -> None:
     assert kube.status["conditions"]
     failed = reconciler.metrics.registry.get_sample_value(
         "llmfleet_operator_events_failed_total",
-        {"namespace": "team", "service": body["metadata"]["name"], "reason": "PodsStarting"},
+        {"namespace": "team", "service": body["metadata"]["name"], "reason": "NoServingReplicas"},
     )
     assert failed == 1
 
@@ -217,5 +217,5 @@ def test_once_the_refusal_ends_the_status_recovers() -> None:
     clock.advance(SETTINGS.retry_seconds)
     reconciler.reconcile("team", "llama-8b")
     assert kube.condition("Degraded")["status"] == "False"
-    assert kube.condition("Ready")["reason"] == "PodsStarting"  # no pod serves yet
+    assert kube.condition("Ready")["reason"] == "NoServingReplicas"  # no pod serves yet
     assert reconciler.backoff.next_try(("team", "llama-8b"), clock.now.timestamp()) is None

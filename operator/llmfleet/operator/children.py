@@ -84,8 +84,14 @@ def config_map(service: InferenceService) -> Manifest:
 
 
 def deployment(
-    service: InferenceService, pool: str, replicas: int, settings: OperatorSettings
+    service: InferenceService,
+    pool: str,
+    replicas: int,
+    settings: OperatorSettings,
+    surge: int = 1,
 ) -> Manifest:
+    """The pool's Deployment. A rolling update starts `surge` extra pods (one; none when the
+    GPU budget has no room, and then takes one pod down at a time instead)."""
     spec = service.spec
     pool_spec = spec.pools()[pool]
     gpus = spec.runtime.gpu.count
@@ -147,8 +153,9 @@ def deployment(
             "selector": {"matchLabels": selector},
             "strategy": {
                 "type": "RollingUpdate",
-                # Never below capacity during a rollout; one extra pod at a time (GPUs are dear).
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                # Never below capacity during a rollout while the budget allows one extra pod at
+                # a time (GPUs are dear); without room, one pod down at a time.
+                "rollingUpdate": {"maxSurge": surge, "maxUnavailable": 0 if surge else 1},
             },
             "template": {
                 "metadata": {

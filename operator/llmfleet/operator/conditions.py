@@ -1,23 +1,24 @@
 """Status conditions (pure): Ready, Progressing, Degraded and ScalingLimited, with reasons and
-messages a person can act on. A condition keeps its lastTransitionTime while its status holds."""
+messages a person can act on. A condition keeps its lastTransitionTime while its status holds.
+
+Ready means serving: every pool serves its (non-zero) target. Degraded names a problem: children
+the API server refused, pods the scheduler cannot place. ScalingLimited gives the figures when
+the GPU budget (or, by its own account, the autoscaler) holds a pool below what is wanted."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from llmfleet.crds import Condition, InferenceService
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES, gpu_type_of
 from llmfleet.crds.inference_service import ConditionStatus
+from llmfleet.operator.budget import PoolTarget, gpus_held, limit_message
 from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.pools import PoolAssignment
 from llmfleet.operator.prune import Pruning
-
-if TYPE_CHECKING:
-    from llmfleet.operator.plan import PoolTarget
 
 
 def _unschedulable(observed: Observed) -> dict[str, list[str]]:
@@ -88,9 +89,73 @@ def _refused(failures: Sequence[ChildFailure]) -> tuple[str, str] | None:
     return reason, message
 
 
-def _progressing(
-    settling: list[str], summary: str, pruning: Pruning | None
-) -> tuple[ConditionStatus, str, str]:
+Said = tuple[ConditionStatus, str, str]
+"""A condition's status, reason and message."""
+
+
+def _ready(
+    targets: Mapping[str, PoolTarget],
+    assignments: Mapping[str, PoolAssignment],
+    problem: tuple[str, str] | None,
+    summary: str,
+) -> Said:
+    """Ready means serving: True only while every pool serves its target and that target is
+    not zero (a pool without pods cannot answer: prefill without decode serves nothing)."""
+    zero = {pool: target for pool, target in targets.items() if target.active == 0}
+    if zero:
+        why = ", ".join(f"{pool} ({_zero_because(pool, target)})" for pool, target in zero.items())
+        message = (f"Scaled to zero, so the service cannot answer: no pod serves in {why}. "
+                   "Set replicas to 1 or more to serve.")  # fmt: skip
+        return ConditionStatus.FALSE, "ScaledToZero", message
+    if all(a.serving >= targets[pool].active for pool, a in assignments.items()):
+        return ConditionStatus.TRUE, "Serving", f"All pools serve: {summary}."
+    if problem is not None:
+        return ConditionStatus.FALSE, problem[0], problem[1]
+    idle = [pool for pool, a in assignments.items() if a.serving == 0]
+    if idle:
+        starting = sum(assignments[pool].total - assignments[pool].ready for pool in idle)
+        message = (f"No pod serves in {', '.join(idle)}, so the service cannot answer: "
+                   f"{summary}; {starting} pod(s) starting (engines load, warm up).")  # fmt: skip
+        return ConditionStatus.FALSE, "NoServingReplicas", message
+    message = f"Waiting for engine pods to load and warm up: {summary}."
+    return ConditionStatus.FALSE, "PodsStarting", message
+
+
+def _zero_because(pool: str, target: PoolTarget) -> str:
+    if target.cut:
+        return f"the GPU budget leaves it none of the {target.wanted_active} wanted"
+    if target.source == "autoscaler":
+        return "the autoscaler's decision"
+    return f"spec.topology.{pool}.replicas is 0"
+
+
+def _scaling_limited(
+    service: InferenceService, observed: Observed, targets: Mapping[str, PoolTarget]
+) -> Said | None:
+    """True with the figures while the GPU budget cuts what the spec or the autoscaler wants,
+    or while the autoscaler says it is limited; present once a budget or an autoscaler
+    decision exists."""
+    budget = service.spec.autoscaling.gpu_budget
+    gpus = service.spec.runtime.gpu.count
+    autoscaler = observed.autoscaling
+    said_by_autoscaler = autoscaler.message if autoscaler and autoscaler.limited else ""
+    if budget is not None and any(target.cut for target in targets.values()):
+        message = limit_message(dict(targets), gpus, budget)
+        if said_by_autoscaler:
+            message += f" The autoscaler says: {said_by_autoscaler}"
+        return ConditionStatus.TRUE, "GPUBudget", message
+    if said_by_autoscaler:
+        return ConditionStatus.TRUE, "AutoscalerLimited", said_by_autoscaler
+    within = []
+    if budget is not None:
+        held = gpus_held(dict(targets), gpus)
+        within.append(f"The pools hold {held} of the GPU budget's {budget} GPUs.")
+    if autoscaler is not None:
+        within.append("The autoscaler is not limited.")
+    return (ConditionStatus.FALSE, "WithinLimits", " ".join(within)) if within else None
+
+
+def _progressing(settling: list[str], summary: str, pruning: Pruning | None) -> Said:
     """Scaling while a pool of the spec settles, RemovingPools while a pool the spec no longer
     has drains or goes (or waits, once nothing else settles), else Stable."""
     going, waiting = [], ""
@@ -156,16 +221,8 @@ def conditions(
 
     if refused is not None:
         ready = (ConditionStatus.FALSE, refused[0], refused[1])
-    elif not any(short.values()):
-        ready = (ConditionStatus.TRUE, "Serving", f"All pools serve: {summary}.")
-    elif problem is not None:
-        ready = (ConditionStatus.FALSE, problem[0], problem[1])
     else:
-        ready = (
-            ConditionStatus.FALSE,
-            "PodsStarting",
-            f"Waiting for engine pods to load and warm up: {summary}.",
-        )
+        ready = _ready(targets, assignments, problem, summary)
 
     settling = [
         pool
@@ -179,13 +236,9 @@ def conditions(
         else (ConditionStatus.FALSE, "AsExpected", "No problems seen.")
     )
     wanted = {"Ready": ready, "Progressing": progressing, "Degraded": degraded}
-    if observed.autoscaling is not None:
-        limited = observed.autoscaling.limited
-        wanted["ScalingLimited"] = (
-            (ConditionStatus.TRUE, "AutoscalerLimited", observed.autoscaling.message)
-            if limited
-            else (ConditionStatus.FALSE, "WithinLimits", "The autoscaler is not limited.")
-        )
+    limited = _scaling_limited(service, observed, targets)
+    if limited is not None:
+        wanted["ScalingLimited"] = limited
 
     previous = {condition.type: condition for condition in observed.conditions}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -16,21 +16,14 @@ from llmfleet.crds import Condition, InferenceService
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import ConditionStatus, PoolStatus
 from llmfleet.operator import children
+from llmfleet.operator.budget import PoolTarget, fit, surge
 from llmfleet.operator.children import Manifest
 from llmfleet.operator.conditions import conditions
 from llmfleet.operator.failures import ChildFailure, child_key
 from llmfleet.operator.observed import Observed, ObservedChild
-from llmfleet.operator.pools import PodChange, PoolAssignment, assign
+from llmfleet.operator.pools import PodChange, PoolAssignment, assign, draining
 from llmfleet.operator.prune import prune
 from llmfleet.operator.settings import OperatorSettings
-
-
-@dataclass(frozen=True)
-class PoolTarget:
-    active: int
-    spares: int
-    source: str
-    """Where `active` came from: the spec, or the autoscaler's decision."""
 
 
 @dataclass(frozen=True)
@@ -56,9 +49,12 @@ class Plan:
     """Look again this soon (a drain ends, pods are starting); None: wait for a change."""
 
 
-def targets(service: InferenceService, observed: Observed) -> dict[str, PoolTarget]:
+def targets(
+    service: InferenceService, observed: Observed, now: datetime, drain_seconds: float
+) -> dict[str, PoolTarget]:
     """Active and spare pods per pool: the spec's replicas, or the autoscaler's decision
-    (clamped to the pool's min/max) when autoscaling is on and it has decided."""
+    (clamped to the pool's min/max) when autoscaling is on and it has decided; then cut to the
+    GPU budget (`budget.fit`), pods still draining counted as held."""
     spec = service.spec
     decided = observed.autoscaling.pools if observed.autoscaling else {}
     result: dict[str, PoolTarget] = {}
@@ -73,8 +69,9 @@ def targets(service: InferenceService, observed: Observed) -> dict[str, PoolTarg
                 decision.spares,
                 "autoscaler",
             )
-        result[pool] = PoolTarget(active, spares, source)
-    return result
+        still = sum(draining(pod, now, drain_seconds) for pod in observed.pool_pods(pool))
+        result[pool] = PoolTarget(active, spares, source, active, spares, still)
+    return fit(result, spec.runtime.gpu.count, spec.autoscaling.gpu_budget)
 
 
 def desired(
@@ -88,7 +85,7 @@ def desired(
 
     The children do not depend on `failures`: a pass plans once, applies, and plans again with
     the children the API server refused, so that the status and events report them."""
-    pools = targets(service, observed)
+    pools = targets(service, observed, now, settings.drain_seconds)
     assignments: dict[str, PoolAssignment] = {
         pool: assign(
             observed.pool_pods(pool), target.active, target.spares, now, settings.drain_seconds
@@ -100,8 +97,11 @@ def desired(
     if observed.service_monitor_crd:
         objects.append(children.service_monitor(service))
     templates: list[object] = []
+    pods = sum(assignment.replicas for assignment in assignments.values())
+    spec = service.spec
+    extra = surge(pods, len(pools), spec.runtime.gpu.count, spec.autoscaling.gpu_budget)
     for pool, assignment in assignments.items():
-        deployment = children.deployment(service, pool, assignment.replicas, settings)
+        deployment = children.deployment(service, pool, assignment.replicas, settings, extra)
         templates.append(deployment["spec"]["template"])
         objects += [
             deployment,
@@ -199,27 +199,37 @@ def replacements_serve(pools: dict[str, PoolTarget], observed: Observed) -> bool
     return all(endpoints.get(pool, 0) >= target.active for pool, target in pools.items())
 
 
+PROBLEM_CONDITIONS = ("Degraded", "ScalingLimited")
+"""Conditions that are bad when True (Ready is bad when False)."""
+
+
+def _bad(condition: Condition) -> bool:
+    return (condition.type in PROBLEM_CONDITIONS) == (condition.status == ConditionStatus.TRUE)
+
+
 def condition_events(observed: Observed, now_conditions: list[Condition]) -> list[Event]:
-    """An event whenever Ready or Degraded changes status or reason (not on every pass); one
-    event when both change to the same reason and message (a problem that makes the service
-    not Ready and Degraded is said once)."""
+    """An event whenever Ready or Degraded changes status or reason, and whenever
+    ScalingLimited turns True or back (not on every pass); a Warning when the new state is bad.
+    One event when several change to the same reason and message (a problem that makes the
+    service not Ready and Degraded is said once)."""
     before = {condition.type: condition for condition in observed.conditions}
     changed: list[Condition] = []
     for condition in now_conditions:
         old = before.get(condition.type)
-        if condition.type in ("Ready", "Degraded") and (
-            old is None or (old.status, old.reason) != (condition.status, condition.reason)
+        if old is not None and (old.status, old.reason) == (condition.status, condition.reason):
+            continue
+        if condition.type in ("Ready", "Degraded") or (
+            condition.type == "ScalingLimited" and (_bad(condition) or old is not None)
         ):
             changed.append(condition)
     events: list[Event] = []
     for condition in changed:
-        same = [
-            c for c in changed if (c.reason, c.message) == (condition.reason, condition.message)
-        ]
+        said = (condition.reason, condition.message)
+        same = [c for c in changed if (c.reason, c.message) == said]
         if condition is not same[0]:
             continue
-        bad = any((c.type == "Degraded") == (c.status == ConditionStatus.TRUE) for c in same)
         states = ", ".join(f"{c.type}={c.status.value}" for c in same)
+        bad = any(_bad(c) for c in same)
         events.append(Event(condition.reason, f"{states}: {condition.message}", warning=bad))
     return events
 
