@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import statistics
@@ -48,7 +49,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import orjson
 import uvloop
 from _load import LEAD_IN, ClosedLoop, OpenLoop, Request, arrivals, closed_loop, open_loop
 from _load import sequential as one_at_a_time
@@ -202,11 +202,9 @@ def run_round(
 ) -> dict[str, dict[str, Measured]]:
     shift = index % len(targets)
     order = targets[shift:] + targets[:shift]
-    chat = orjson.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
-    streamed = orjson.dumps({"model": MODEL, "messages": MESSAGES, "stream": True})
-    prompt = orjson.dumps(
-        {"model": MODEL, "prompt": prompt_ids(args.prompt_tokens), "max_tokens": 1}
-    )
+    chat = encode({"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
+    streamed = encode({"model": MODEL, "messages": MESSAGES, "stream": True})
+    prompt = encode({"model": MODEL, "prompt": prompt_ids(args.prompt_tokens), "max_tokens": 1})
     if index == 0:
         for target in targets:  # connections, caches, the first requests' imports
             asyncio_run(one_at_a_time(request(target, CHAT, chat), 200, warm=0))
@@ -310,6 +308,11 @@ def long_prompt(target: Target, body: bytes, repeats: int) -> tuple[Measured, in
     return measured, repeats + 2
 
 
+def encode(body: dict[str, object]) -> bytes:
+    """A request body as compact JSON, the way clients send it."""
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 def prompt_ids(tokens: int) -> list[int]:
     """Token ids as a tokenizer would give them (spread over a 32k vocabulary)."""
     return [(i * 7919) % 32000 + 100 for i in range(tokens)]
@@ -354,7 +357,7 @@ def profile(targets: list[Target], pinning: Pinning, args: argparse.Namespace) -
     if not PY_SPY.exists():
         raise SystemExit(f"{PY_SPY} missing: run `make bench-peers`")
     args.profile.mkdir(parents=True, exist_ok=True)
-    body = orjson.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
+    body = encode({"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
     pin = pinning.prefix(pinning.client)
     for target in targets:
         if not target.pid:
