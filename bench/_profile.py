@@ -30,7 +30,15 @@ async def record(
         (out / f"{name}.svg", ["--format", "flamegraph"]),
     )
     for output, options in runs:
-        command = [*pin, str(py_spy), "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
+        command = [
+            *pin,
+            str(py_spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, round(seconds))),
+        ]
         command += ["--rate", str(RATE), "--function", *options, "--output", str(output)]
         process = await asyncio.create_subprocess_exec(
             *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
