@@ -59,9 +59,11 @@ class RequestsFailed(AssertionError):
 @pytest.mark.xfail(
     raises=RequestsFailed,
     strict=True,
-    reason="the gateway routes by the spec's topology at once: until the new pools have "
-    "endpoints it has none for the service (gateway/kube_discovery.py would have to keep "
-    "using the old pools' endpoints meanwhile; the operator keeps them serving)",
+    reason="back to Unified, ~130 of ~410 requests get 503 for about the unified engine's cold "
+    "start (~9 s); the switch to Disaggregated is clean since the gateway keeps routing to the "
+    "old pools while the new serving pool has no endpoint. Not found yet: whether the retiring "
+    "decode pool is drained before the new engine answers, or the new endpoint is routed to "
+    "while its engine still answers 503",
 )
 def test_no_request_fails_while_the_topology_changes_twice(
     system: LocalSystem, switch: str
@@ -81,7 +83,11 @@ def test_no_request_fails_while_the_topology_changes_twice(
                  f"exactly the children of {pools}")  # fmt: skip
         assert tally.lost == 0
         assert tally.answered > 0
-        if tally.failed:
+        if topology is DISAGGREGATED:  # the old unified pool serves until decode is ready
+            assert not tally.failed, (
+                f"requests failed during the change to Disaggregated: {tally.failed}"
+            )
+        elif tally.failed:
             failed[str(topology["mode"])] = dict(tally.failed)
     if failed:
         raise RequestsFailed(f"requests failed during the change to {failed}")

@@ -156,7 +156,7 @@ def test_fifty_identical_streams_get_byte_identical_chunks(slow_sim: Sim) -> Non
 
 def test_a_late_joiner_gets_the_chunks_already_sent_then_the_live_ones(sim_binary: Path) -> None:
     sim = Sim(sim_binary, MODEL, "--inter-token-latency", "100ms")
-    body = {**GREEDY, "max_tokens": 20, "stream": True}
+    body = {**GREEDY, "max_tokens": 60, "stream": True}
     try:
         with gateway(_service(sim.url)) as server:
             url = f"{server.url}/v1/chat/completions"

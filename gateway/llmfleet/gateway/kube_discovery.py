@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
@@ -67,11 +68,12 @@ def snapshot(
         except ValidationError as error:
             log.warning("skipping %s/%s: invalid spec: %s", namespace, name, error)
             continue
-        pools: dict[Role, Pool] = {}
-        for pool_name in spec.pools():
-            role = cast(Role, pool_name)
-            pool_service = L.pool_service_name(name, role)
-            pools[role] = Pool(role, _ready_urls(by_service.get((namespace, pool_service), [])))
+
+        pool = functools.partial(_pool, by_service, namespace, name)
+        pools: dict[Role, Pool] = {
+            cast(Role, role): pool(cast(Role, role)) for role in spec.pools()
+        }
+        pools = _while_switching(pools, pool)
         model = spec.served_name
         if model in found:
             log.warning("model %r is served by %s/%s and another service; keeping the first",
@@ -82,6 +84,34 @@ def snapshot(
             traffic=spec.traffic, slo=spec.slo, max_model_len=spec.model.max_model_len,
         )  # fmt: skip
     return found
+
+
+def _pool(
+    by_service: Mapping[tuple[str, str], list[Mapping[str, Any]]],
+    namespace: str,
+    name: str,
+    role: Role,
+) -> Pool:
+    """Pool `role` of InferenceService `namespace/name` with its ready endpoints."""
+    pool_service = L.pool_service_name(name, role)
+    return Pool(role, _ready_urls(by_service.get((namespace, pool_service), [])))
+
+
+def _while_switching(pools: dict[Role, Pool], pool: Callable[[Role], Pool]) -> dict[Role, Pool]:
+    """The spec's pools, or, while a topology change is under way and the spec's serving pool
+    has no ready endpoint yet, the other topology's pools that still serve: the operator keeps
+    the old pool serving until the new ones are ready (make before break), and so does routing.
+    Unified -> Disaggregated serves from `unified` until `decode` has an endpoint (decode
+    engines can prefill alone until `prefill` has one); the way back serves from
+    prefill/decode until `unified` has one."""
+    serving: Role = "decode" if "decode" in pools else "unified"
+    if pools[serving].endpoints:
+        return pools
+    if serving == "unified":
+        decode = pool("decode")
+        return {"prefill": pool("prefill"), "decode": decode} if decode.endpoints else pools
+    unified = pool("unified")
+    return {"unified": unified} if unified.endpoints else pools
 
 
 def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = None) -> Lister:
