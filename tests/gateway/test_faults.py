@@ -41,7 +41,7 @@ def _counter(server: ThreadServer, name: str) -> float:
     return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
 
 
-UPSTREAMS = pytest.mark.parametrize("upstream", ["aiohttp", "httpx"])
+UPSTREAMS = pytest.mark.parametrize("upstream", ["wire", "aiohttp", "httpx"])
 """The fault tests run over both upstream clients: their errors must mean the same."""
 
 

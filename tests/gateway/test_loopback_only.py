@@ -37,7 +37,7 @@ def _isolated() -> None:
     require_isolation()  # were the guard broken, these tests would contact 10.0.0.5
 
 
-@pytest.mark.parametrize("upstream", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("upstream", ["wire", "aiohttp", "httpx"])
 def test_a_pool_with_a_loopback_endpoint_serves_and_the_pod_ip_is_only_counted(
     upstream: str, caplog: pytest.LogCaptureFixture
 ) -> None:

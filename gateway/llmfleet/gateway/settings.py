@@ -111,8 +111,8 @@ class GatewaySettings(LoopbackSettings):
     (the aiohttp one keeps every idle connection for 30 s)."""
     upstream_client: Literal["wire", "aiohttp", "httpx"] = "wire"
     """Client to the engines: the gateway's own HTTP/1.1 client on asyncio and httptools
-    (`wire.py`), aiohttp's (`upstream.py`), or httpx's (each about twice the CPU per request of
-    the one before it here; the other two are fallbacks)."""
+    (`wire.py`), aiohttp's, or httpx's (`upstream.py`; each costs more CPU per request than the
+    one before it, see upstream.py; the other two are fallbacks)."""
     coalesce_max_lag_chunks: int = Field(default=1024, ge=1)
     """A reader of a coalesced stream that falls this many chunks behind the shared upstream
     (chunks that arrived since it joined and it has not taken) is dropped with an SSE error
