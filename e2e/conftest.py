@@ -25,6 +25,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """A failed test's report carries the system's state and logs at the moment it failed
+    (CI keeps only what pytest prints, and the system is gone after the run)."""
+    report: pytest.TestReport = yield
+    system = getattr(item, "funcargs", {}).get("system")
+    if report.when == "call" and report.failed and isinstance(system, LocalSystem):
+        report.sections.append(("the system when the test failed", system.diagnose()))
+    return report
+
+
 @pytest.fixture(scope="session")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
     require_isolation()

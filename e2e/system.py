@@ -152,6 +152,33 @@ class LocalSystem:
 
         wait_for(serving, timeout, f"{names} to answer through the gateway", every=0.5)
 
+    def diagnose(self, log_lines: int = 60) -> str:
+        """What the system looked like, for a failed test's report: the engine pods (serving
+        label, Ready and its reason), the pool EndpointSlices, the services' status, and the last
+        lines of each component's log (they say when a pod was promoted, turned unready or a pool
+        lost its endpoints). Never raises: a broken system is what it is there to describe."""
+        parts = []
+        commands = {
+            "pods": ("get", "pods", "-A", "-o", "wide", "--show-labels"),
+            "ready conditions": ("get", "pods", "-A", "-o", "custom-columns=POD:.metadata.name,"
+                                 "READY:.status.conditions[?(@.type=='Ready')].reason,"
+                                 "SINCE:.status.conditions[?(@.type=='Ready')].lastTransitionTime"),
+            "endpointslices": ("get", "endpointslices", "-A", "-o", "wide"),
+            "services": ("get", "inferenceservices", "-A", "-o", "wide"),
+        }  # fmt: skip
+        for title, args in commands.items():
+            try:
+                parts.append(f"--- kubectl {' '.join(args[:2])} ({title})\n{self.kubectl(*args)}")
+            except Exception as error:  # noqa: BLE001 - the report says what could not be read
+                parts.append(f"--- {title}: {error}")
+        for log_file in sorted(self.paths.logs.glob("*.log")):
+            try:
+                lines = log_file.read_text(errors="replace").splitlines()[-log_lines:]
+            except OSError as error:
+                lines = [str(error)]
+            parts.append(f"--- {log_file.name} (last {log_lines} lines)\n" + "\n".join(lines))
+        return "\n".join(parts)
+
     def query(self, promql: str) -> list[dict[str, Any]]:
         answer = self.http.get(f"{self.prometheus}/api/v1/query", params={"query": promql})
         answer.raise_for_status()

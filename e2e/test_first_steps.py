@@ -47,7 +47,7 @@ def test_load_on_a_public_trace_shows_in_status(system: LocalSystem) -> None:
         "--gateway", system.gateway, "--json", "--quiet",
         timeout=240,
     )  # fmt: skip
-    assert load.returncode == 0, load.stderr[-2000:]
+    assert load.returncode == 0, (load.stderr[-2000:], load.stdout[-3000:])
     report = json.loads(load.stdout)
     print(f"LOAD: {json.dumps(report)[:600]}")
     status = system.llmfleet("status", "--json", timeout=60)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.gateway.kube_discovery import snapshot
+from llmfleet.gateway.kube_discovery import changes, snapshot
 
 
 def service(name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -129,3 +129,26 @@ def test_traffic_policies_and_slo_come_from_the_service() -> None:
     assert [tier.service for tier in found.traffic.cascade.tiers] == ["small"]
     assert found.traffic.cascade.hedge
     assert found.slo.max_kv_cache_usage == 0.6
+
+
+def test_changes_name_each_pool_whose_endpoints_changed_and_nothing_else() -> None:
+    two = [endpoint_slice("llama-unified", ("10.0.0.1", True, False), ("10.0.0.2", True, False))]
+    one = [endpoint_slice("llama-unified", ("10.0.0.1", True, False), ("10.0.0.2", False, False))]
+    pd = [endpoint_slice("big-prefill", ("10.0.1.1", True, False))]
+    first = snapshot([service("llama", UNIFIED), service("big", PD)], [*two, *pd])
+    assert changes({}, first) == [
+        "model 'llama' served by ns/llama",
+        "model 'llama' (ns/llama) pool unified: serving endpoints "
+        "http://10.0.0.1:8000, http://10.0.0.2:8000",
+        "model 'org/big' served by ns/big",
+        "model 'org/big' (ns/big) pool decode: serving endpoints none",
+        "model 'org/big' (ns/big) pool prefill: serving endpoints http://10.0.1.1:8000",
+    ]
+    assert (
+        changes(first, snapshot([service("llama", UNIFIED), service("big", PD)], [*two, *pd])) == []
+    )
+    later = snapshot([service("llama", UNIFIED)], one)
+    assert changes(first, later) == [
+        "model 'org/big' is gone",
+        "model 'llama' (ns/llama) pool unified: serving endpoints http://10.0.0.1:8000",
+    ]

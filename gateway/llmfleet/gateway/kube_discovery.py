@@ -114,6 +114,30 @@ def _while_switching(pools: dict[Role, Pool], pool: Callable[[Role], Pool]) -> d
     return {"unified": unified} if unified.endpoints else pools
 
 
+def changes(before: Mapping[str, Service], after: Mapping[str, Service]) -> list[str]:
+    """One line per model or pool whose serving endpoints changed between two snapshots: the
+    gateway's log then says when a pool lost or gained endpoints (what a 503 `no_endpoint`
+    follows from), without a line per refresh."""
+    lines = []
+    for model in sorted(before.keys() - after.keys()):
+        lines.append(f"model {model!r} is gone")
+    for model, service in sorted(after.items()):
+        old = before.get(model)
+        where = f"{service.namespace}/{service.name}"
+        if old is None:
+            lines.append(f"model {model!r} served by {where}")
+        for role, pool in sorted(service.pools.items()):
+            was = old.pools.get(role) if old is not None else None
+            if was is None or was.endpoints != pool.endpoints:
+                endpoints = ", ".join(pool.endpoints) or "none"
+                lines.append(
+                    f"model {model!r} ({where}) pool {role}: serving endpoints {endpoints}"
+                )
+        for role in sorted(old.pools.keys() - service.pools.keys()) if old is not None else ():
+            lines.append(f"model {model!r} ({where}) pool {role}: no longer routed to")
+    return lines
+
+
 def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = None) -> Lister:
     """List InferenceServices and llmfleet EndpointSlices with the official client."""
     from kubernetes import client  # noqa: PLC0415 - only this source needs the client
@@ -152,6 +176,8 @@ class KubeDiscovery:
     async def refresh(self) -> None:
         services, slices = await asyncio.to_thread(self._lister)
         found = snapshot(services, slices)
+        for line in changes(self._services, found):
+            log.info("%s", line)
         self._services, self._by_name = found, index_by_name(found)
         self._ready = True
 
