@@ -169,7 +169,7 @@ class LocalSystem:
         for title, args in commands.items():
             try:
                 parts.append(f"--- kubectl {' '.join(args[:2])} ({title})\n{self.kubectl(*args)}")
-            except Exception as error:  # noqa: BLE001 - the report says what could not be read
+            except Exception as error:  # the report says what could not be read
                 parts.append(f"--- {title}: {error}")
         for log_file in sorted(self.paths.logs.glob("*.log")):
             try:

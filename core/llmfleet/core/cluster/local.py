@@ -25,7 +25,7 @@ import psutil
 import yaml
 
 from llmfleet.core import loopback
-from llmfleet.core.cluster import build, nodes
+from llmfleet.core.cluster import build, nodes, stages
 from llmfleet.core.cluster.errors import ClusterError
 from llmfleet.core.cluster.nodes import NodePool
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
@@ -49,6 +49,9 @@ class ClusterSpec:
     name: str
     pools: tuple[NodePool, ...]
     port: int
+    runner_owns_engines: bool = False
+    """Engine pods stay not Ready until a pod runner says so (stages.py); else kwok makes every
+    pod Ready at once."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self)) + "\n"
@@ -62,7 +65,12 @@ class ClusterSpec:
             pools = tuple(NodePool(**pool) for pool in data["pools"])
         else:
             pools = (NodePool(data["gpu_type"], data["nodes"], data["gpus_per_node"]),)
-        return cls(name=data["name"], pools=pools, port=data["port"])
+        return cls(
+            name=data["name"],
+            pools=pools,
+            port=data["port"],
+            runner_owns_engines=data.get("runner_owns_engines", False),
+        )
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,14 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def kwokctl_documents(spec: ClusterSpec, binaries: dict[str, Path]) -> list[dict[str, Any]]:
+    """kwokctl's configuration file: the KwokctlConfiguration and our kwok Stages (pure)."""
+    return [
+        kwokctl_config(spec, binaries),
+        *stages.stages(runner_owns_engines=spec.runner_owns_engines),
+    ]
 
 
 def kwokctl_config(spec: ClusterSpec, binaries: dict[str, Path]) -> dict[str, Any]:
@@ -236,6 +252,7 @@ class LocalCluster:
         gpu_type: str | None = None,
         pools: Sequence[NodePool] | None = None,
         port: int | None = None,
+        runner_owns_engines: bool = False,
         step: Step = lambda _: None,
         build_progress: build.Progress | None = None,
     ) -> ClusterSpec:
@@ -269,11 +286,11 @@ class LocalCluster:
             step(f"building {', '.join(tool.key for tool in missing)} from Go modules (cold cache)")
             build.ensure_tools(tools, progress=build_progress)
 
-        spec = ClusterSpec(self.name, chosen, port or free_port())
+        spec = ClusterSpec(self.name, chosen, port or free_port(), runner_owns_engines)
         self._clean_stale_state()
         self.dir.mkdir(parents=True, exist_ok=True)
         config_path = self.dir / "kwokctl.yaml"
-        config_path.write_text(yaml.safe_dump(kwokctl_config(spec, self.binaries())))
+        config_path.write_text(yaml.safe_dump_all(kwokctl_documents(spec, self.binaries())))
         self._spec_file.write_text(spec.to_json())
 
         step(f"starting the control plane on 127.0.0.1:{spec.port}")

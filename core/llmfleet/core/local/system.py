@@ -127,7 +127,13 @@ class System:
     def start(self) -> None:
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         say("STEP", f"starting the local cluster (API server on 127.0.0.1:{self.ports.api})")
-        self.cluster.up(port=self.ports.api, step=lambda message: say("STEP", message))
+        # Engine pods turn Ready when the pod runner's probe of their engine passes, as with a
+        # kubelet's readiness probe (cluster/stages.py), never on kwok's say-so.
+        self.cluster.up(
+            port=self.ports.api,
+            runner_owns_engines=True,
+            step=lambda message: say("STEP", message),
+        )
         say("STEP", "installing the CRDs")
         for manifest in layout.crd_files():
             self.cluster.kubectl("apply", "--server-side", "-f", str(manifest))
