@@ -35,10 +35,12 @@ def kinds(objects: tuple[dict[str, Any], ...]) -> list[str]:
     ("sample", "expected"),
     [
         ("unified", ["ConfigMap/llama-8b-runtime", "Deployment/llama-8b-unified",
+                     "NetworkPolicy/llama-8b-engines",
                      "PodDisruptionBudget/llama-8b-unified", "Service/llama-8b-metrics",
                      "Service/llama-8b-unified"]),
         ("disaggregated", ["ConfigMap/llama-70b-pd-runtime", "Deployment/llama-70b-pd-decode",
                            "Deployment/llama-70b-pd-prefill",
+                           "NetworkPolicy/llama-70b-pd-engines",
                            "PodDisruptionBudget/llama-70b-pd-decode",
                            "PodDisruptionBudget/llama-70b-pd-prefill",
                            "Service/llama-70b-pd-decode", "Service/llama-70b-pd-metrics",

@@ -151,7 +151,7 @@ def test_a_refused_child_is_reported_once_and_the_others_are_applied(
     assert json.loads(str(error.body))["message"] in ready["message"]
     assert [k for k, _ in kube.tried].count(kind) == 1, "tried once within the back-off"
     assert {k for k, _ in kube.tried} == {"ConfigMap", "Service", "Deployment",
-                                          "PodDisruptionBudget"}  # fmt: skip
+                                          "PodDisruptionBudget", "NetworkPolicy"}  # fmt: skip
     warnings = [event for event in kube.events if event[2]]
     assert [event[0] for event in warnings] == [reason], "one Warning, not one per pass"
     assert "Ready=False, Degraded=True" in warnings[0][1]

@@ -1,8 +1,9 @@
 """The Kubernetes objects one InferenceService owns, as manifests (pure).
 
-Per service: a ConfigMap with each pool's runtime config and a headless metrics Service (and
-a ServiceMonitor on it when the Prometheus Operator is installed). Per pool: a Deployment of
-engine pods, a Service that selects only serving pods, and a PodDisruptionBudget.
+Per service: a ConfigMap with each pool's runtime config, a headless metrics Service (and
+a ServiceMonitor on it when the Prometheus Operator is installed) and a NetworkPolicy over its
+engine pods. Per pool: a Deployment of engine pods, a Service that selects only serving pods,
+and a PodDisruptionBudget.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES
 from llmfleet.operator.settings import OperatorSettings
 
 CONFIG_DIR = "/etc/llmfleet/runtime"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by Kubernetes on every namespace to its name: how a NetworkPolicy names a namespace."""
+KV_TRANSFER_POOLS = ("prefill", "decode")
 METRICS_LABEL = "llmfleet.dev/metrics"
 ENGINE_STARTUP_SECONDS = 1800
 """How long the startup probe lets vLLM load before its /health must answer: the launcher's own
@@ -237,5 +241,56 @@ def service_monitor(service: InferenceService) -> Manifest:
             },
             "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
             "podTargetLabels": [L.SERVICE, L.POOL],
+        },
+    }
+
+
+def _peer(namespace: str, pod_labels: dict[str, str]) -> dict[str, Any]:
+    """Pods with all of `pod_labels` in `namespace` (any namespace when empty)."""
+    namespaces = {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}} if namespace else {}
+    return {"podSelector": {"matchLabels": dict(pod_labels)}, "namespaceSelector": namespaces}
+
+
+def network_policy(
+    service: InferenceService, settings: OperatorSettings, kv_transfer: bool
+) -> Manifest:
+    """Ingress to the service's engine pods (spares and draining pods too): the gateway pods
+    and Prometheus, both on the engine port only (vLLM serves its API and /metrics there); with
+    `kv_transfer`, also the service's own prefill and decode pods from each other, on every
+    port. Egress stays open (engines fetch their models).
+
+    NOTE: KV transfer cannot be held to one port: NIXL's handshake listens on the launcher's
+    side-channel port (5600 by default, `VLLM_NIXL_SIDE_CHANNEL_PORT`), but UCX's TCP transport
+    then moves the KV blocks over ports it picks at run time, and LMCache's ports are its own
+    configuration. (Over RDMA the transfer bypasses the kernel's network stack, where
+    NetworkPolicies are enforced, altogether.) So the peer is narrow instead: only this
+    service's pods of those two pools.
+
+    Traffic from the pod's own node (the kubelet's probes of both ports) is always allowed by
+    NetworkPolicy semantics, so no rule is needed for it."""
+    name = service.metadata["name"]
+    engine_port = [{"protocol": "TCP", "port": L.ENGINE_PORT}]
+    rules: list[dict[str, Any]] = [
+        {"from": [_peer(settings.gateway_namespace, settings.gateway_pod_labels)],
+         "ports": engine_port},
+        {"from": [_peer(settings.prometheus_namespace, settings.prometheus_pod_labels)],
+         "ports": engine_port},
+    ]  # fmt: skip
+    if kv_transfer:
+        siblings = {
+            "matchLabels": {L.SERVICE: name},
+            "matchExpressions": [
+                {"key": L.POOL, "operator": "In", "values": list(KV_TRANSFER_POOLS)}
+            ],
+        }
+        rules.append({"from": [{"podSelector": siblings}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(service, child_name(service, L.NETWORK_POLICY_SUFFIX)),
+        "spec": {
+            "podSelector": {"matchLabels": {L.SERVICE: name}},
+            "policyTypes": ["Ingress"],
+            "ingress": rules,
         },
     }

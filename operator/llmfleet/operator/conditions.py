@@ -177,6 +177,23 @@ def _progressing(settling: list[str], summary: str, pruning: Pruning | None) -> 
     return ConditionStatus.FALSE, "Stable", f"Every pool runs its target ({summary})."
 
 
+def _endpoint_published(
+    service: InferenceService, endpoint: str | None
+) -> tuple[ConditionStatus, str, str]:
+    """Whether `status.endpoint` names the gateway, and what to do when it cannot."""
+    model = service.spec.served_name
+    if endpoint:
+        message = f"Requests for model `{model}` go to the gateway at {endpoint}."
+        return (ConditionStatus.TRUE, "GatewayURL", message)
+    return (
+        ConditionStatus.FALSE,
+        "NoGatewayURL",
+        "No endpoint is published: the operator has no gateway URL "
+        f"(LLMFLEET_OPERATOR_GATEWAY_URL). Send requests for model `{model}` to the llmfleet "
+        "gateway; the pool Services are its upstreams, without API keys or limits.",
+    )
+
+
 def conditions(
     service: InferenceService,
     observed: Observed,
@@ -186,6 +203,7 @@ def conditions(
     *,
     failures: Sequence[ChildFailure] = (),
     pruning: Pruning | None = None,
+    endpoint: str | None = None,
 ) -> list[Condition]:
     generation = service.metadata.get("generation")
     gpus = service.spec.runtime.gpu
@@ -236,6 +254,7 @@ def conditions(
         else (ConditionStatus.FALSE, "AsExpected", "No problems seen.")
     )
     wanted = {"Ready": ready, "Progressing": progressing, "Degraded": degraded}
+    wanted["EndpointPublished"] = _endpoint_published(service, endpoint)
     limited = _scaling_limited(service, observed, targets)
     if limited is not None:
         wanted["ScalingLimited"] = limited

@@ -30,6 +30,7 @@ CHILD_KINDS = (
     ("", "v1", "services"),
     ("", "v1", "configmaps"),
     ("policy", "v1", "poddisruptionbudgets"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
 )
 
 

@@ -81,6 +81,7 @@ CHILD_KINDS = (
     ("v1", "Service"),
     ("apps/v1", "Deployment"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 """The kinds of a service's children (with `MONITOR_KIND` where its CRD exists)."""
 MONITOR_KIND = ("monitoring.coreos.com/v1", "ServiceMonitor")
@@ -94,6 +95,7 @@ PLURALS = {
     "Deployment": "deployments",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "ServiceMonitor": "servicemonitors",
+    "NetworkPolicy": "networkpolicies",
 }
 """The kinds the operator writes. A fixed table: API discovery costs seconds on every start."""
 

@@ -96,6 +96,8 @@ def desired(
     objects: list[Manifest] = [children.config_map(service), children.metrics_service(service)]
     if observed.service_monitor_crd:
         objects.append(children.service_monitor(service))
+    if settings.network_policy:
+        objects.append(children.network_policy(service, settings, kv_transfer(service, observed)))
     templates: list[object] = []
     pods = sum(assignment.replicas for assignment in assignments.values())
     spec = service.spec
@@ -136,9 +138,11 @@ def desired(
         deleted = ", ".join(f"{child.kind} {child.name}" for child in deletions)
         events.append(Event("Pruned", f"Deleted {deleted}: no longer in the spec"))
 
+    published = endpoint(settings)
     now_conditions = conditions(
-        service, observed, pools, assignments, now, failures=failures, pruning=pruning
-    )
+        service, observed, pools, assignments, now, failures=failures, pruning=pruning,
+        endpoint=published,
+    )  # fmt: skip
     events += condition_events(observed, now_conditions)
 
     # A merge patch keeps keys it does not name: a pool the spec dropped is removed by null.
@@ -161,7 +165,7 @@ def desired(
         "observedGeneration": service.metadata.get("generation"),
         "pools": pool_status,
         "serving": serving,
-        "endpoint": endpoint(service, settings),
+        "endpoint": published,
         "revision": revision,
         "conditions": [condition.to_wire() for condition in now_conditions],
     }
@@ -234,9 +238,15 @@ def condition_events(observed: Observed, now_conditions: list[Condition]) -> lis
     return events
 
 
-def endpoint(service: InferenceService, settings: OperatorSettings) -> str:
-    if settings.gateway_url:
-        return settings.gateway_url
-    entry = "unified" if "unified" in service.spec.pools() else "decode"
-    namespace = service.metadata["namespace"]
-    return f"http://{children.child_name(service, entry)}.{namespace}.svc:{L.ENGINE_PORT}"
+def kv_transfer(service: InferenceService, observed: Observed) -> bool:
+    """Whether the service's prefill and decode pods must reach each other: it is
+    Disaggregated, or was until lately and its old prefill or decode pods still serve while
+    the new pools start (make-before-break), with requests in flight between them."""
+    pools = {*service.spec.pools(), *(pod.pool for pod in observed.pods)}
+    return any(pool in pools for pool in children.KV_TRANSFER_POOLS)
+
+
+def endpoint(settings: OperatorSettings) -> str | None:
+    """`status.endpoint`: the gateway's URL, or None (removed by the merge patch) when the
+    operator has none. Never a pool Service: its NetworkPolicy admits only the gateway."""
+    return settings.gateway_url or None

@@ -43,4 +43,27 @@ class OperatorSettings(LoopbackSettings):
     off, a demoted pod always drains for the whole period. Against the local kwok cluster, whose
     pod IPs lead nowhere, `LLMFLEET_LOOPBACK_ONLY` refuses each probe before it connects."""
     gateway_url: str = ""
-    """The gateway's URL shown as a service's endpoint; the pool Service address when empty."""
+    """The gateway's URL, published as every service's `status.endpoint` (a client names the
+    model in its request). Empty: no endpoint is published, and the condition
+    EndpointPublished=False says why; a pool Service is never published, as it accepts only the
+    gateway's traffic."""
+    network_policy: bool = True
+    """Give every service a NetworkPolicy (`<name>-engines`): its engine pods accept traffic
+    only from the gateway pods, from Prometheus on the engine port (vLLM's /metrics), and, when
+    Disaggregated, between its own prefill and decode pods. Off: none (existing ones are
+    pruned)."""
+    gateway_namespace: str = "llmfleet"
+    """Namespace of the gateway pods the NetworkPolicy admits (by its `kubernetes.io/metadata.name`
+    label); empty: pods with `gateway_pod_labels` in any namespace."""
+    gateway_pod_labels: dict[str, str] = Field(
+        default={"app.kubernetes.io/name": "llmfleet", "app.kubernetes.io/component": "gateway"},
+        min_length=1,
+    )
+    """Labels of the gateway pods (all must match; JSON in the environment)."""
+    prometheus_namespace: str = "monitoring"
+    """Namespace of the Prometheus pods the NetworkPolicy admits to the engine port; empty: any
+    namespace."""
+    prometheus_pod_labels: dict[str, str] = Field(
+        default={"app.kubernetes.io/name": "prometheus"}, min_length=1
+    )
+    """Labels of the Prometheus pods (all must match; JSON in the environment)."""
