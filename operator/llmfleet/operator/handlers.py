@@ -2,12 +2,14 @@
 
 Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
 sleeps until a change to the service or one of its children or pods wakes it, or the requeue
-delay / resync period passes. A pass that fails as a whole waits out an exponential back-off.
+delay / resync period passes. A pass that fails as a whole waits out an exponential back-off,
+cut short only by an edit of the service's spec.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -35,22 +37,43 @@ CHILD_KINDS = (
 
 
 class Triggers:
-    """Wake-up events per (namespace, service), shared by watchers and service loops.
+    """Wake-up events per (namespace, service), shared by watchers and service loops, and an
+    `edited` event per service that only a new spec generation sets (so a failed pass's back-off
+    ends early for an edit, not for every pod that changes).
 
     Everything here runs on kopf's event loop; only `Reconciler.reconcile` runs in threads.
     """
 
     def __init__(self) -> None:
         self._events: dict[tuple[str, str], asyncio.Event] = {}
+        self._edits: dict[tuple[str, str], asyncio.Event] = {}
+        self._generations: dict[tuple[str, str], int] = {}
 
     def get(self, namespace: str, name: str) -> asyncio.Event:
         return self._events.setdefault((namespace, name), asyncio.Event())
 
-    def fire(self, namespace: str, name: str) -> None:
+    def edited(self, namespace: str, name: str) -> asyncio.Event:
+        return self._edits.setdefault((namespace, name), asyncio.Event())
+
+    def fire(self, namespace: str, name: str, generation: int | None = None) -> None:
+        """Wake the service's loop; `generation` (the service's own events): a new one also
+        sets `edited`."""
         self.get(namespace, name).set()
+        key = (namespace, name)
+        if generation is not None and self._generations.get(key) != generation:
+            self._generations[key] = generation
+            self.edited(namespace, name).set()
 
     def forget(self, namespace: str, name: str) -> None:
-        self._events.pop((namespace, name), None)
+        for events in (self._events, self._edits, self._generations):
+            events.pop((namespace, name), None)
+
+    async def back_off(self, namespace: str, name: str, delay: float) -> None:
+        """Wait out a failed pass's back-off, or less if the spec is edited meanwhile (the edit
+        may be the fix). Other changes do not end it: a pass that fails (the API server
+        unreachable, a permission missing) logs once per step, not once per pod event."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.edited(namespace, name).wait(), timeout=delay)
 
 
 def build_registry(
@@ -91,6 +114,7 @@ def build_registry(
         try:
             while not stopped:
                 wake.clear()
+                triggers.edited(namespace, name).clear()
                 try:
                     requeue = await loop.run_in_executor(
                         executor, reconciler.reconcile, namespace, name
@@ -104,9 +128,7 @@ def build_registry(
                         failures, settings.retry_seconds, settings.retry_max_seconds
                     )
                     _log_failed_pass(namespace, name, error, failures, delay)
-                    # Woken or not, the next try waits out the back-off: a pass that fails
-                    # (the API server unreachable, a permission missing) logs once per step.
-                    await asyncio.sleep(delay)
+                    await triggers.back_off(namespace, name, delay)
                     continue
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=requeue or resync_seconds)
@@ -121,8 +143,10 @@ def build_registry(
     _without_finalizer(registry)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def service_changed(*, namespace: str | None, name: str, **_: Any) -> None:
-        triggers.fire(namespace or "", name)
+    async def service_changed(
+        *, namespace: str | None, name: str, body: kopf.Body, **_: Any
+    ) -> None:
+        triggers.fire(namespace or "", name, body.get("metadata", {}).get("generation"))
 
     for group, version, plural in CHILD_KINDS:
 
