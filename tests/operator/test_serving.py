@@ -158,6 +158,21 @@ BUDGET = [
               pods=[pod("a"), pod("b"), draining_pod("c")]),
     BudgetRow("within-the-budget", {"autoscaling__gpuBudget": 4}, 2, "False",
               ["The pools hold 2 of the GPU budget's 4 GPUs."]),
+    # Back to Unified while the old prefill and decode pods still serve: they hold 2 GPUs.
+    BudgetRow("a-topology-change-starts-the-new-pool-within-what-is-left",
+              {"topology__unified__replicas": 1, "autoscaling__warmSpares": 1,
+               "autoscaling__gpuBudget": 3}, 1, "True",
+              ["the pools would need 4 GPUs and hold 3", "unified runs 1 active + 0 spare",
+               "2 pod(s) of pools the spec no longer has hold their GPUs"],
+              pods=[pod("p", "prefill"), pod("d", "decode")]),
+    BudgetRow("no-room-for-the-new-pool-until-the-old-ones-go",
+              {"topology__unified__replicas": 1, "autoscaling__gpuBudget": 2}, 0, "True",
+              ["unified runs 0 active + 0 spare of 1 + 0 wanted"],
+              pods=[pod("p", "prefill"), pod("d", "decode")]),
+    BudgetRow("retiring-pods-within-the-budget",
+              {"topology__unified__replicas": 1, "autoscaling__gpuBudget": 4}, 1, "False",
+              ["The pools hold 3 of the GPU budget's 4 GPUs."],
+              pods=[pod("p", "prefill"), pod("d", "decode"), pod("u", serving=False)]),
 ]  # fmt: skip
 
 

@@ -140,7 +140,8 @@ def _scaling_limited(
     autoscaler = observed.autoscaling
     said_by_autoscaler = autoscaler.message if autoscaler and autoscaler.limited else ""
     if budget is not None and any(target.cut for target in targets.values()):
-        message = limit_message(dict(targets), gpus, budget)
+        retiring = observed.retiring(service.spec.pools())
+        message = limit_message(dict(targets), gpus, budget, retiring)
         if said_by_autoscaler:
             message += f" The autoscaler says: {said_by_autoscaler}"
         return ConditionStatus.TRUE, "GPUBudget", message
@@ -148,7 +149,7 @@ def _scaling_limited(
         return ConditionStatus.TRUE, "AutoscalerLimited", said_by_autoscaler
     within = []
     if budget is not None:
-        held = gpus_held(dict(targets), gpus)
+        held = gpus_held(dict(targets), gpus, observed.retiring(service.spec.pools()))
         within.append(f"The pools hold {held} of the GPU budget's {budget} GPUs.")
     if autoscaler is not None:
         within.append("The autoscaler is not limited.")

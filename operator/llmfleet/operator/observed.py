@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -72,3 +72,8 @@ class Observed:
 
     def pool_pods(self, pool: str) -> list[ObservedPod]:
         return [pod for pod in self.pods if pod.pool == pool and not pod.terminating]
+
+    def retiring(self, pools: Collection[str]) -> int:
+        """Pods (not yet terminating) of pools other than `pools`: a topology change retires
+        them, and they hold their GPUs until they are gone."""
+        return sum(1 for pod in self.pods if pod.pool not in pools and not pod.terminating)

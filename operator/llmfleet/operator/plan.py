@@ -54,7 +54,7 @@ def targets(
 ) -> dict[str, PoolTarget]:
     """Active and spare pods per pool: the spec's replicas, or the autoscaler's decision
     (clamped to the pool's min/max) when autoscaling is on and it has decided; then cut to the
-    GPU budget (`budget.fit`), pods still draining counted as held."""
+    GPU budget (`budget.fit`), pods still draining and pods of retiring pools counted as held."""
     spec = service.spec
     decided = observed.autoscaling.pools if observed.autoscaling else {}
     result: dict[str, PoolTarget] = {}
@@ -71,7 +71,8 @@ def targets(
             )
         still = sum(draining(pod, now, drain_seconds) for pod in observed.pool_pods(pool))
         result[pool] = PoolTarget(active, spares, source, active, spares, still)
-    return fit(result, spec.runtime.gpu.count, spec.autoscaling.gpu_budget)
+    retiring = observed.retiring(spec.pools())
+    return fit(result, spec.runtime.gpu.count, spec.autoscaling.gpu_budget, retiring)
 
 
 def desired(
@@ -101,6 +102,7 @@ def desired(
     templates: list[object] = []
     pods = sum(assignment.replicas for assignment in assignments.values())
     spec = service.spec
+    pods += observed.retiring(pools)
     extra = surge(pods, len(pools), spec.runtime.gpu.count, spec.autoscaling.gpu_budget)
     for pool, assignment in assignments.items():
         deployment = children.deployment(service, pool, assignment.replicas, settings, extra)
