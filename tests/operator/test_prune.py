@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -189,3 +190,22 @@ def test_an_old_pool_is_pruned_once_the_new_pools_cannot_get_gpus() -> None:
         "unified-0",
         "unified-1",
     ]
+
+
+def test_the_runtime_config_keeps_a_retiring_pools_config_until_its_children_go() -> None:
+    """An engine of the old pool that restarts mid-change still finds its config file; the file
+    goes with the pool's last child. A config of a pool nobody retires is not kept."""
+    service = disaggregated()
+    service.metadata.update(namespace="team", uid=UID)
+    old = {"unified.json": '{"old": true}', "stray.json": "{}", "decode.json": "stale"}
+    runtime = dataclasses.replace(child("ConfigMap", "llama-8b-runtime"), data=old)
+    others = [c for c in UNIFIED if c.kind != "ConfigMap"]
+    for children, kept in ((others, True), (SHARED[1:], False)):
+        observed = Observed(pods=UNIFIED_SERVE, children=(runtime, *children))
+        [config] = [o for o in desired(service, observed, SETTINGS, NOW).objects
+                    if o["kind"] == "ConfigMap"]  # fmt: skip
+        wanted = {"prefill.json", "decode.json"} | ({"unified.json"} if kept else set())
+        assert set(config["data"]) == wanted
+        assert config["data"]["decode.json"] != "stale"
+        if kept:
+            assert config["data"]["unified.json"] == '{"old": true}'

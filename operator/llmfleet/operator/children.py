@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from llmfleet.crds import API_VERSION, KIND, InferenceService
@@ -78,12 +79,16 @@ def _config_text(service: InferenceService, pool: str) -> str:
     return json.dumps(runtime_config(service, pool), sort_keys=True, indent=2) + "\n"
 
 
-def config_map(service: InferenceService) -> Manifest:
+def config_map(service: InferenceService, retiring: Mapping[str, str] | None = None) -> Manifest:
+    """The runtime configs of the spec's pools, and the `retiring` ones (file name -> text) of
+    pools a topology change retires: their engines may restart before they are gone."""
+    data = dict(retiring or {})
+    data |= {f"{pool}.json": _config_text(service, pool) for pool in service.spec.pools()}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(service, child_name(service, "runtime")),
-        "data": {f"{pool}.json": _config_text(service, pool) for pool in service.spec.pools()},
+        "data": data,
     }
 
 

@@ -282,6 +282,7 @@ class Kube:
                         controller_uid=next(
                             (ref.get("uid") for ref in owners if ref.get("controller")), None
                         ),
+                        data=(item.get("data") or {}) if kind == "ConfigMap" else {},
                     )
                 )  # fmt: skip
         return tuple(found)

@@ -40,6 +40,8 @@ class ObservedChild:
     labels: Mapping[str, str] = field(default_factory=dict)
     controller_uid: str | None = None
     """uid of the owner reference marked `controller` (None without one)."""
+    data: Mapping[str, str] = field(default_factory=dict)
+    """A ConfigMap's data (empty for other kinds)."""
 
     @property
     def pool(self) -> str | None:

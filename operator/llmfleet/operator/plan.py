@@ -22,7 +22,7 @@ from llmfleet.operator.conditions import conditions
 from llmfleet.operator.failures import ChildFailure, child_key
 from llmfleet.operator.observed import Observed, ObservedChild
 from llmfleet.operator.pools import PodChange, PoolAssignment, assign, draining
-from llmfleet.operator.prune import prune
+from llmfleet.operator.prune import ours, prune
 from llmfleet.operator.settings import OperatorSettings
 
 
@@ -94,7 +94,10 @@ def desired(
         for pool, target in pools.items()
     }
 
-    objects: list[Manifest] = [children.config_map(service), children.metrics_service(service)]
+    objects: list[Manifest] = [
+        children.config_map(service, retiring_configs(service, observed)),
+        children.metrics_service(service),
+    ]
     if observed.service_monitor_crd:
         objects.append(children.service_monitor(service))
     if settings.network_policy:
@@ -190,6 +193,23 @@ def desired(
         for change in assignment.changes
     )
     return Plan(tuple(objects), tuple(deletions), pod_changes, status, tuple(events), requeue)
+
+
+def retiring_configs(service: InferenceService, observed: Observed) -> dict[str, str]:
+    """The runtime configs (file name -> text) of pools a topology change retires, as the
+    runtime ConfigMap holds them now: kept until the pool's children are gone, so an engine of
+    the old pool that restarts meanwhile still finds its config."""
+    pools = service.spec.pools()
+    retiring = {c.pool for c in observed.children if c.pool and c.pool not in pools}
+    name = children.child_name(service, "runtime")
+    current = next(
+        (c.data for c in observed.children
+         if c.kind == "ConfigMap" and c.name == name and ours(c, service)),
+        {},
+    )  # fmt: skip
+    return {
+        f"{pool}.json": current[f"{pool}.json"] for pool in retiring if f"{pool}.json" in current
+    }
 
 
 def replacements_serve(pools: dict[str, PoolTarget], observed: Observed) -> bool:
