@@ -217,15 +217,52 @@ class PoolStatus(ApiModel):
     """Pods kept warm out of traffic."""
 
 
+class CanaryPhase(StrEnum):
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    PROMOTING = "Promoting"
+    PROMOTED = "Promoted"
+    ROLLED_BACK = "RolledBack"
+
+
 class CanaryStatus(ApiModel):
     phase: Annotated[str, Field(max_length=32)] = ""
-    """Progressing, Paused, Promoted or RolledBack."""
+    """Progressing, Paused, Promoting (the canary takes over), Promoted or RolledBack."""
     weight: int = 0
-    """Percent of traffic the canary gets now."""
+    """Percent of traffic the canary gets now (the gateway splits by it)."""
     step: int = 0
     """Index of the current step."""
     last_analysis: Annotated[str, Field(max_length=4096)] = ""
-    """Result of the latest analysis."""
+    """Result of the latest analysis, with the figures of canary and stable."""
+    revision: Annotated[str, Field(max_length=64)] = ""
+    """The canary's revision (what the spec asks for)."""
+    stable_revision: Annotated[str, Field(max_length=64)] = ""
+    """The stable revision the canary is compared with (`status.revision`)."""
+    step_started_at: str | None = None
+    """When the current step's weight started to be served (RFC 3339); unset while the canary's
+    pods for it are starting."""
+    last_analysis_time: str | None = None
+    """When the latest analysis ran (RFC 3339)."""
+    verdict: Annotated[str, Field(max_length=32)] = ""
+    """The latest analysis verdict: Pass, Fail, WaitForSamples or Unavailable."""
+    message: Annotated[str, Field(max_length=4096)] = ""
+    """What the rollout is doing or waiting for, in words."""
+    failed_revision: Annotated[str, Field(max_length=64)] = ""
+    """A revision rolled back (or aborted): not tried again until the spec changes or the
+    retry annotation asks for it."""
+    handled: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
+    """The value of each rollout action annotation (promote, abort, retry) last acted on: an
+    action runs once per new value."""
+
+
+class StableSpec(ApiModel):
+    """The parts of the spec that make the stable revision's pods, kept while a canary of a
+    newer spec runs beside them."""
+
+    model: ModelSpec
+    """The stable revision's model."""
+    runtime: RuntimeSpec
+    """The stable revision's runtime, its image resolved."""
 
 
 class AutoscalingPoolDecision(ApiModel):
@@ -260,9 +297,12 @@ class InferenceServiceStatus(ApiModel):
     endpoint: Annotated[str, Field(max_length=512)] = ""
     """Where clients send requests for this service."""
     revision: Annotated[str, Field(max_length=64)] = ""
-    """Hash of the pod template currently rolled out."""
+    """The stable revision: a hash of what makes the pods (model, runtime with its image,
+    resources and env). A spec change that alters it rolls out by `spec.rollout.strategy`."""
+    stable_spec: StableSpec | None = None
+    """Model and runtime of `revision`, to run its pods while a canary of a newer spec runs."""
     canary: CanaryStatus | None = None
-    """Canary progress, during a canary rollout."""
+    """Canary progress, during (and after) a canary rollout."""
     autoscaling: AutoscalingStatus | None = None
     """Written only by the autoscaler."""
 

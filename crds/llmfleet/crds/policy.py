@@ -153,6 +153,13 @@ class AnalysisSpec(ApiModel):
     """Roll back when the canary's ITL p95 exceeds this (default: the service's SLO)."""
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
     """Roll back when more than this fraction of the canary's requests fail."""
+    max_latency_ratio: Annotated[float, Field(ge=1, le=100)] = 1.5
+    """Roll back when the canary's TTFT or ITL p95 is more than this many times the stable
+    revision's, measured over the same window (checked once the stable revision has served
+    `minRequests` in it too)."""
+    min_requests: Annotated[int, Field(ge=1, le=1_000_000)] = 50
+    """Requests the canary must have served within an interval before any verdict; with fewer
+    the rollout waits (and says so in `status.canary`) instead of deciding."""
 
 
 class RolloutSpec(ApiModel):
