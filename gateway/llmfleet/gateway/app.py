@@ -2,8 +2,11 @@
 
 The two completion routes (POST /v1/chat/completions, /v1/completions) are served by
 `GatewayApp` itself, straight on ASGI: no framework middleware, router, request or response
-objects per request. Everything else (GET /v1/models, /healthz, /readyz, /metrics, /docs,
-/openapi.json, and the lifespan) goes to a FastAPI app, where per-request cost does not matter.
+objects per request. Everything else (GET /v1/models, /healthz, /readyz, and the lifespan) goes
+to a FastAPI app, where per-request cost does not matter; so do the admin routes (/metrics,
+/docs, /redoc, /openapi.json), unless `admin_port` moves them to an app of their own on that
+port. With `admin_requires_key` they answer only requests with a valid API key. With API keys,
+`/v1/models` lists only the models the caller's key may use.
 
 One request, in order: headers (request id sanitised), body (size limit, read deadline),
 authentication, the few fields the gateway acts on (`openai_request`), the service, the
@@ -31,7 +34,7 @@ import httpx
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.gateway import openai_request
@@ -73,6 +76,9 @@ PRIORITIES: tuple[Priority, ...] = ("critical", "standard", "sheddable")
 
 ROUTES = {"/v1/chat/completions": True, "/v1/completions": False}
 """The routes served on the hot path, and whether each is the chat one."""
+
+ADMIN_ROUTES = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+"""What an operator, not a client, reads: the gateway's metrics and its API's documentation."""
 
 _ID_PREFIX = os.urandom(8).hex()
 _ID_COUNTER = itertools.count()
@@ -140,6 +146,11 @@ def create_app(
     elif tenants is None and settings.api_keys_secret is not None:
         kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
         tenants = Tenants.parse(read_keys_secret(settings.api_keys_secret, kubeconfig), clock)
+    if settings.admin_requires_key and tenants is None:
+        raise ValueError(
+            "admin_requires_key needs API keys (api_keys_file or api_keys_secret): without "
+            "them no request could read /metrics or /docs"
+        )
     metrics = GatewayMetrics()
     table = EndpointTable(
         eject_after_failures=settings.eject_after_failures,
@@ -179,52 +190,124 @@ def create_app(
             await upstream.aclose()
             await scrape_client.aclose()
 
-    admin = FastAPI(title="llmfleet gateway", version="v1", lifespan=lifespan)
+    admin, operations = _admin_apps(settings, source, metrics, tenants, lifespan)
+    gateway = _Gateway(settings, source, forwarder, metrics, tenants, table, clock)
+    key_guard = tenants if settings.admin_requires_key else None
+    return GatewayApp(admin, gateway, forwarder, table, metrics, operations, key_guard)
 
-    @admin.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> Response:
-        return error_response(error.status_code, str(error.detail))
+
+def _admin_apps(
+    settings: GatewaySettings,
+    source: Discovery,
+    metrics: GatewayMetrics,
+    tenants: Tenants | None,
+    lifespan: Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]],
+) -> tuple[FastAPI, FastAPI | None]:
+    """The FastAPI app of the API port (with the lifespan) and, with `admin_port`, the admin
+    port's app; the admin routes are on the second when it exists, else on the first."""
+    separate = settings.admin_port is not None
+    admin = FastAPI(
+        title="llmfleet gateway", version="v1", lifespan=lifespan,
+        docs_url=None if separate else "/docs", redoc_url=None if separate else "/redoc",
+        openapi_url=None if separate else "/openapi.json",
+    )  # fmt: skip
+    _probes(admin, source)
 
     @admin.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models(request: Request) -> Any:
+        """The served models; with API keys, those the caller's key may use."""
+        tenant = None
+        if tenants is not None:
+            tenant = tenants.identify(request.headers.get("authorization"))
+            if tenant is None:
+                return _key_required()
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": service.namespace}
             for name, service in sorted(source.services().items())
+            if tenant is None or tenant.may_use(name)
         ]
         return {"object": "list", "data": data}
 
-    @admin.get("/healthz")
+    _document_completion_routes(admin)
+    operations: FastAPI | None = None
+    if separate:
+        # Its /openapi.json documents the API port's routes (`admin`'s), not its own.
+        operations = FastAPI(title="llmfleet gateway", version="v1")
+        operations.openapi = admin.openapi  # type: ignore[method-assign]
+        _probes(operations, source)
+    _metrics_route(operations or admin, metrics)
+    return admin, operations
+
+
+def _key_required() -> Response:
+    return error_response(
+        401, "a valid API key is required (Authorization: Bearer KEY)", code="invalid_api_key"
+    )
+
+
+def _probes(app: FastAPI, source: Discovery) -> None:
+    """OpenAI-shaped errors, /healthz and /readyz: on every port the gateway serves."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> Response:
+        return error_response(error.status_code, str(error.detail))
+
+    @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @admin.get("/readyz")
+    @app.get("/readyz")
     async def readyz() -> Response:
         if not source.ready():
             return error_response(503, "discovery has no snapshot yet", code="not_ready")
         return Response(b'{"status":"ready"}', media_type="application/json")
 
-    @admin.get("/metrics")
+
+def _metrics_route(app: FastAPI, metrics: GatewayMetrics) -> None:
+    @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
 
-    _document_completion_routes(admin)
-    gateway = _Gateway(settings, source, forwarder, metrics, tenants, table, clock)
-    return GatewayApp(admin, gateway, forwarder, table, metrics)
+
+class _KeyGuard:
+    """An ASGI app in front of `app`: the admin routes answer 401 without a valid API key."""
+
+    def __init__(self, app: ASGIApp, tenants: Tenants) -> None:
+        self.app = app
+        self.tenants = tenants
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in ADMIN_ROUTES:
+            authorization = next(
+                (value.decode("latin-1") for name, value in scope["headers"]
+                 if name == b"authorization"),
+                None,
+            )  # fmt: skip
+            if self.tenants.identify(authorization) is None:
+                await _key_required()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class GatewayApp:
     """The ASGI app: the completion routes on the hot path, everything else to FastAPI.
-    `state` exposes the forwarder, endpoint table and metrics to tests and benchmarks."""
+    `operations` is the admin port's app (None: the admin routes are served here); `state`
+    exposes the forwarder, endpoint table and metrics to tests and benchmarks."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the wiring's parts, named once in create_app
         self,
         admin: FastAPI,
         gateway: _Gateway,
         forwarder: Forwarder,
         table: EndpointTable,
         metrics: GatewayMetrics,
+        operations: FastAPI | None = None,
+        key_guard: Tenants | None = None,
     ) -> None:
-        self.admin = admin
+        self.admin: ASGIApp = admin if key_guard is None else _KeyGuard(admin, key_guard)
+        self.operations: ASGIApp | None = operations
+        if operations is not None and key_guard is not None:
+            self.operations = _KeyGuard(operations, key_guard)
         self._gateway = gateway
         self.state = admin.state
         self.state.forwarder = forwarder
@@ -449,6 +532,10 @@ class _Gateway:
         except InvalidRequestError as error:
             response = error_response(400, str(error), param=error.param, code="invalid_request")
             raise _Refused(response, bad_request="invalid_request") from None
+        if tenant is not None and not tenant.may_use(parsed.model):
+            # Answered as a model that does not exist: a key learns nothing of other models.
+            raise _Refused(error_response(404, _no_such_model(parsed.model, True),
+                                          code="model_not_found"))  # fmt: skip
         service = self.source.services().get(parsed.model)
         if service is None and not self.source.ready():
             # A gateway that just started does not know the models yet: "try again", not 404.
@@ -457,7 +544,7 @@ class _Gateway:
                 error_response(503, message, code="not_ready", headers={"Retry-After": "1"})
             )
         if service is None:
-            message = f"the model `{parsed.model}` does not exist"
+            message = _no_such_model(parsed.model, tenant is not None)
             raise _Refused(error_response(404, message, code="model_not_found"))
         if tenant is not None and self.tenants is not None:
             wait = self.tenants.retry_after(tenant, parsed.tokens())
@@ -502,6 +589,12 @@ class _Gateway:
             return response
         opened = await self.forwarder.open(call, call.service.pools["unified"], call.raw)
         return await self.forwarder.relay(call, opened, {})
+
+
+def _no_such_model(model: str, keys: bool) -> str:
+    if keys:
+        return f"the model `{model}` does not exist or your API key may not use it"
+    return f"the model `{model}` does not exist"
 
 
 def _request_id(given: str | None) -> str:

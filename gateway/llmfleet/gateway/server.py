@@ -18,9 +18,10 @@ Both answers are OpenAI-shaped JSON. The body's own limits (size, read timeout) 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
+import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmfleet.gateway.errors import error_body
@@ -153,12 +154,13 @@ def _sweep_later(loop: asyncio.AbstractEventLoop, connections: set[Any], timeout
     loop.call_later(timeout / 2, sweep)
 
 
-def serve(app: Any, settings: GatewaySettings) -> None:
-    """Run `app` until SIGINT/SIGTERM with the gateway's server settings."""
-    config = uvicorn.Config(
+def _config(
+    app: Any, settings: GatewaySettings, port: int, lifespan: Literal["auto", "off"]
+) -> uvicorn.Config:
+    return uvicorn.Config(
         app,
         host=settings.host,
-        port=settings.port,
+        port=port,
         loop="uvloop",
         http=protocol(settings),
         timeout_keep_alive=settings.keepalive_timeout_seconds,
@@ -166,5 +168,27 @@ def serve(app: Any, settings: GatewaySettings) -> None:
         proxy_headers=False,  # the gateway reads no client address; its middleware cost 2%
         server_header=False,
         log_level=settings.log_level.lower(),
+        lifespan=lifespan,
     )
-    uvicorn.Server(config).run()
+
+
+def serve(app: Any, settings: GatewaySettings) -> None:
+    """Run `app` until SIGINT/SIGTERM with the gateway's server settings; with `admin_port`,
+    also the app's `operations` (the admin routes) on that port, in the same event loop.
+
+    NOTE: each uvicorn server takes SIGINT/SIGTERM over while it runs and, once shut down,
+    restores the handler it found and raises the signal again. The admin server starts second,
+    so a signal stops it first, then the API server (which runs the app's lifespan, so
+    discovery and the engine clients close last), then reaches the default handler as before.
+    """
+    main = uvicorn.Server(_config(app, settings, settings.port, "auto"))
+    operations = getattr(app, "operations", None)
+    if settings.admin_port is None or operations is None:
+        main.run()
+        return
+    admin = uvicorn.Server(_config(operations, settings, settings.admin_port, "off"))
+
+    async def both() -> None:
+        await asyncio.gather(main.serve(), admin.serve())
+
+    uvloop.run(both())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from llmfleet.core.loopback import LoopbackSettings
@@ -50,8 +50,17 @@ class GatewaySettings(LoopbackSettings):
     """Address the HTTP server binds: loopback, for a local run; `0.0.0.0` (or the pod's
     address) to serve other machines, as in a pod."""
     port: int = Field(default=8080, ge=1, le=65535)
-    """Port of the OpenAI-compatible API, /metrics, /healthz and /readyz (the operator's metrics
+    """Port of the OpenAI-compatible API, /healthz and /readyz, and of the admin routes
+    (/metrics, /docs, /redoc, /openapi.json) unless `admin_port` is set (the operator's metrics
     have 8081 and the autoscaler's 8082)."""
+    admin_port: int | None = Field(default=None, ge=1, le=65535)
+    """Serve the admin routes on this port (and `host`) instead, with /healthz and /readyz;
+    `port` then answers 404 for them, so only what may reach this port (Prometheus, say) sees
+    them. None: all on `port`."""
+    admin_requires_key: bool = False
+    """The admin routes answer only requests with a valid API key (`Authorization: Bearer KEY`,
+    any tenant's; 401 otherwise), on whichever port serves them. Needs API keys
+    (`api_keys_file` or `api_keys_secret`)."""
     static_config: Path | None = None
     """YAML file mapping served model names to pools of endpoint URLs (no Kubernetes needed)."""
     kubeconfig: Path | None = None
@@ -140,3 +149,9 @@ class GatewaySettings(LoopbackSettings):
     """`gc.freeze()` the heap once started, so full collections do not walk it (`gc_pauses`)."""
     log_level: str = "INFO"
     """Python logging level of the gateway."""
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> GatewaySettings:
+        if self.admin_port is not None and self.admin_port == self.port:
+            raise ValueError(f"admin_port must differ from port (both are {self.port})")
+        return self

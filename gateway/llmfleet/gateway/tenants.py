@@ -8,12 +8,18 @@ Keys file (`LLMFLEET_GATEWAY_API_KEYS_FILE`; a Kubernetes Secret will carry the 
         requestsPerMinute: 600        # optional
         tokensPerMinute: 200000       # optional; prompt + max output tokens, estimated
         priority: critical            # optional: critical, standard (default) or sheddable
+        models: [llama-8b, qwen-72b]  # optional: the served models it may use (default: all)
       batch:
         keys: [sk-b]
 
 Limits are token buckets (capacity = the per-minute figure, refilled continuously at 1/60 of it
 per second), so a tenant may burst up to one minute's worth and then runs at the rate. A request
 is charged in full when admitted; a refusal says how long until it would fit (`Retry-After`).
+
+A tenant with `models` may name only those in a request (any other is answered 404, as a model
+that does not exist), and `/v1/models` lists only those to its keys. The list is of the model
+the request names: where that service's own traffic policies send it on (a cascade tier, a
+cheaper service under load) is the service's choice, not the tenant's.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class Tenant:
     tokens_per_minute: int | None = None
     priority: Priority | None = None
     """The tenant's priority class (its requests may ask for a lower one); None: standard."""
+    models: frozenset[str] | None = None
+    """Served model names the tenant may use; None: every model."""
     _buckets: dict[str, Bucket] = field(default_factory=dict)
 
     def admit(self, tokens: int, now: float) -> float:
@@ -84,6 +92,9 @@ class Tenant:
             buckets.append((bucket, min(amount, bucket.capacity)))
         return 0.0
 
+    def may_use(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
 
 class TenantsError(ValueError):
     """The keys file is missing or malformed (the message names the field)."""
@@ -95,6 +106,7 @@ class _TenantModel(BaseModel):
     requests_per_minute: int | None = Field(default=None, alias="requestsPerMinute", gt=0)
     tokens_per_minute: int | None = Field(default=None, alias="tokensPerMinute", gt=0)
     priority: Literal["critical", "standard", "sheddable"] | None = None
+    models: list[str] | None = Field(default=None, min_length=1)
 
 
 class _KeysFile(BaseModel):
@@ -120,7 +132,10 @@ class Tenants:
             raise TenantsError("\n".join(lines)) from error
         by_key: dict[str, Tenant] = {}
         for name, spec in parsed.tenants.items():
-            tenant = Tenant(name, spec.requests_per_minute, spec.tokens_per_minute, spec.priority)
+            models = frozenset(spec.models) if spec.models is not None else None
+            tenant = Tenant(
+                name, spec.requests_per_minute, spec.tokens_per_minute, spec.priority, models
+            )
             for key in spec.keys:
                 if key in by_key:
                     raise TenantsError(f"invalid API keys file: a key is listed twice ({name})")
