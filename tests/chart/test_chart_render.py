@@ -1,7 +1,7 @@
 """charts/llmfleet through the real helm: lint, render, and what the rendered objects must hold.
 
 The API server's judgement of the same manifests, and the RBAC as the API server applies it, are
-in test_chart_cluster.py and test_rbac_cluster.py.
+in test_chart_release.py and test_rbac_chart.py.
 """
 
 from __future__ import annotations

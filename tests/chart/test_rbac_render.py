@@ -1,4 +1,4 @@
-"""The chart's RBAC as rendered: the shape of least privilege (test_rbac_cluster.py asks the API
+"""The chart's RBAC as rendered: the shape of least privilege (test_rbac_chart.py asks the API
 server what each ServiceAccount may really do)."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from llmfleet.operator import handlers
+from llmfleet.operator import kube as operator_kube
 from tests.chart import helm
 
 CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "nodes", "clusterkopfpeerings"}
@@ -146,3 +148,23 @@ def test_standalone_operator_runs_without_peering() -> None:
     docs = helm.template({"operator.peering": False, "operator.replicas": 1})
     container = helm.deployment(docs, "operator")["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["--standalone"]
+
+
+def test_the_operator_may_write_and_watch_every_kind_its_code_does() -> None:
+    """Against the operator's own tables: what it writes (kube.PLURALS, server-side apply:
+    create + patch; children also pruned and listed) and what kopf watches (handlers)."""
+    docs = helm.template()
+    (role,) = roles(docs, "operator", "ClusterRole")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in rules(role):
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    versions = {kind: version for version, kind in
+                [*operator_kube.CHILD_KINDS, operator_kube.MONITOR_KIND]}  # fmt: skip
+    for kind, plural in operator_kube.PLURALS.items():
+        group = versions.get(kind, "v1").rpartition("/")[0]
+        wanted = {"patch"} | ({"create", "delete", "list"} if kind in versions else set())
+        assert wanted <= granted.get((group, plural), set()), kind
+    for group, _, plural in handlers.CHILD_KINDS:
+        assert {"list", "watch"} <= granted.get((group, plural), set()), plural

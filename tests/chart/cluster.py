@@ -1,0 +1,136 @@
+"""The chart on the real local cluster: releases, a node for the components' pods, and
+kubeconfigs that authenticate as a component's ServiceAccount."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmfleet.core.cluster.nodes import KWOK_ANNOTATION
+from tests.chart import helm
+from tests.cluster.kube import Kube
+
+CPU_NODE = "chart-cpu-0"
+
+
+def cpu_node(name: str = CPU_NODE) -> dict[str, Any]:
+    """A kwok node without GPUs or taints, where the components' pods are scheduled (the local
+    cluster's nodes all carry the GPU taint, which only GPU pods tolerate)."""
+    capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+        "status": {"allocatable": dict(capacity), "capacity": capacity},
+    }
+
+
+@contextmanager
+def cpu_node_up(kube: Kube) -> Iterator[str]:
+    """The CPU node for the duration of a module; removed after, so that other tests see only
+    the GPU nodes they expect (the scheduler's messages count nodes)."""
+    node = cpu_node()
+    kube.kubectl("apply", "-f", "-", stdin=json.dumps(node))
+    kube.wait_for(
+        lambda: kube.ok("wait", "--for=condition=Ready", f"node/{CPU_NODE}", "--timeout=5s"),
+        60,
+        f"node {CPU_NODE} Ready",
+    )
+    try:
+        yield CPU_NODE
+    finally:
+        kube.kubectl("delete", "node", CPU_NODE, "--wait=false")
+
+
+def adopt_crds(kube: Kube, release: str, namespace: str) -> None:
+    """Let `release` take over CRDs that exist without being its own (applied by other tests
+    with kubectl, or left by an uninstalled release with `crds.keep`): Helm adopts an object
+    whose release annotations and managed-by label name it. Users do the same (README)."""
+    for crd in helm.find(helm.template(), "CustomResourceDefinition"):
+        name = crd["metadata"]["name"]
+        if not kube.ok("get", "crd", name):
+            continue
+        kube.kubectl("label", "--overwrite", "crd", name, "app.kubernetes.io/managed-by=Helm")
+        kube.kubectl(
+            "annotate", "--overwrite", "crd", name,
+            f"meta.helm.sh/release-name={release}", f"meta.helm.sh/release-namespace={namespace}",
+        )  # fmt: skip
+
+
+def install(
+    kube: Kube,
+    release: str,
+    namespace: str,
+    values: Mapping[str, Any],
+    *flags: str,
+    command: str = "install",
+) -> str:
+    """`helm install|upgrade` of the chart into `namespace` (which exists); helm's stdout."""
+    result = helm.helm(
+        command, release, str(helm.CHART), "--namespace", namespace,
+        *helm.value_args(values), *flags, kubeconfig=kube.kubeconfig, timeout=400,
+    )  # fmt: skip
+    return result.stdout
+
+
+def uninstall(kube: Kube, release: str, namespace: str, *flags: str) -> None:
+    helm.helm("uninstall", release, "--namespace", namespace, *flags, kubeconfig=kube.kubeconfig)
+
+
+def token_kubeconfig(kube: Kube, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig for the cluster that authenticates with a token of ServiceAccount
+    `namespace/account` (TokenRequest, as the kubelet mounts one in a pod): whatever a process
+    does with it, the API server allows only what that account's RBAC allows."""
+    token = kube.kubectl("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+        "current-context": account,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def deployed_env(kube: Kube, namespace: str, deployment: str) -> dict[str, str]:
+    """The environment of a Deployment's container as the API server holds it."""
+    body = kube.get("deployment", deployment, "-n", namespace)
+    (container,) = body["spec"]["template"]["spec"]["containers"]
+    return {entry["name"]: entry["value"] for entry in container.get("env") or []}
+
+
+def can_i(kube: Kube, account: str, verb: str, resource: str, *where: str) -> bool:
+    """`kubectl auth can-i` as `system:serviceaccount:NS:NAME` (`account` = NS:NAME);
+    `resource` is `RESOURCE[/NAME]`, with `#SUBRESOURCE` after it for a subresource."""
+    resource, _, subresource = resource.partition("#")
+    extra = [f"--subresource={subresource}"] if subresource else []
+    result = kube.run("auth", "can-i", verb, resource, *where, *extra,
+                      f"--as=system:serviceaccount:{account}")  # fmt: skip
+    answer = result.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl auth can-i: {result.stderr}"
+    return answer == "yes"
+
+
+def objects(kube: Kube, kinds: Sequence[str], *where: str) -> dict[tuple[str, str], Any]:
+    """(kind, name) -> the object, for every object of `kinds` found with `where`."""
+    listing = kube.get(",".join(kinds), *where)
+    return {(item["kind"], item["metadata"]["name"]): item for item in listing["items"]}
