@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.gateway import openai_request
-from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
+from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery, for_session
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
 from llmfleet.gateway.gc_pauses import PauseRecorder, freeze_startup_heap
@@ -546,10 +546,14 @@ class _Gateway:
         if service is None:
             message = _no_such_model(parsed.model, tenant is not None)
             raise _Refused(error_response(404, message, code="model_not_found"))
+        session = _session(headers, parsed)
+        if service.canary is not None:  # a canary rollout: this session's revision
+            service = for_session(service, session or request_id)
         if tenant is not None and self.tenants is not None:
             wait = self.tenants.retry_after(tenant, parsed.tokens())
             if wait:
-                labels = (service.namespace, service.name, _pool(service), service.model)
+                labels = (service.namespace, service.name, _pool(service), service.model,
+                          service.revision)  # fmt: skip
                 self.metrics.pool(labels).outcome("rate_limited").inc()
                 raise _Refused(
                     error_response(
@@ -575,7 +579,7 @@ class _Gateway:
             arrived,
             raw=parsed.raw,
             tenant=tenant.name if tenant is not None else None,
-            session=_session(headers, parsed),
+            session=session,
             # A tenant without a class is standard, and so its ceiling (not "no tenants").
             priority=_priority((tenant.priority or "standard") if tenant else None, headers),
             headers=headers,

@@ -20,6 +20,7 @@ Static file format::
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,11 @@ class Service:
     max_model_len: int | None = None
     """The engines' context length (`spec.model.maxModelLen`); output limits above it are
     capped to it. None: unknown (capped to the API's largest context)."""
+    revision: str = ""
+    """The revision of the engines behind `pools` (`status.revision`, or the canary's); the
+    response header `x-llmfleet-revision` and every pool metric carry it."""
+    canary: Split | None = None
+    """A canary rollout in progress: the share of sessions that go to the canary's pools."""
 
     @property
     def disaggregated(self) -> bool:
@@ -70,6 +76,48 @@ class Service:
     def serving_pool(self) -> Role:
         """The pool whose engines produce the answer (and whose load says "saturated")."""
         return "decode" if self.disaggregated else "unified"
+
+
+@dataclass(frozen=True)
+class Split:
+    """A canary of a service: its own pools and revision, and the percent of sessions it gets.
+
+    A session's bucket is a CRC-32 of its key seeded by the canary's revision, out of 10,000:
+    the same session always lands on the same side while the rollout lasts (a session in the
+    canary at 10% stays there at 25%, as its bucket stays below the weight), different
+    rollouts draw different sessions, and it is the same number in every gateway replica."""
+
+    service: Service
+    """The canary: the same model and policies, the canary's pools and revision."""
+    weight: int
+    """Percent of sessions routed to the canary (0-100)."""
+    seed: int = 0
+    """CRC-32 of the canary's revision, the start value of each session's checksum."""
+
+    @classmethod
+    def of(cls, service: Service, weight: int) -> Split:
+        return cls(service, max(0, min(100, weight)), zlib.crc32(service.revision.encode()))
+
+    def takes(self, session: str) -> bool:
+        """Whether `session` goes to the canary (its bucket is below the weight)."""
+        return zlib.crc32(session.encode(), self.seed) % 10_000 < self.weight * 100
+
+
+def for_session(service: Service, session: str) -> Service:
+    """The revision that serves `session`: the canary for its share of sessions, else the
+    stable one. A side without an endpoint in its serving pool gives way to the other (the
+    canary's pods are still starting, or drained at a rollback before the weight said 0)."""
+    split = service.canary
+    if split is None or split.weight == 0:
+        return service
+    canary = split.service
+    chosen, other = (canary, service) if split.takes(session) else (service, canary)
+    return chosen if _serves(chosen) or not _serves(other) else other
+
+
+def _serves(service: Service) -> bool:
+    pool = service.pools.get(service.serving_pool)
+    return pool is not None and bool(pool.endpoints)
 
 
 def index_by_name(services: Mapping[str, Service]) -> dict[tuple[str, str], Service]:

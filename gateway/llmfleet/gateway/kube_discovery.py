@@ -16,13 +16,15 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 from pydantic import ValidationError
 
 from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.gateway.discovery import Pool, Role, Service, index_by_name
+from llmfleet.crds.inference_service import CanaryPhase
+from llmfleet.gateway.discovery import Pool, Role, Service, Split, index_by_name
 
 log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -79,11 +81,38 @@ def snapshot(
             log.warning("model %r is served by %s/%s and another service; keeping the first",
                         model, namespace, name)  # fmt: skip
             continue
-        found[model] = Service(
+        status = obj.get("status") or {}
+        stable = Service(
             model=model, namespace=namespace, name=name, pools=pools,
             traffic=spec.traffic, slo=spec.slo, max_model_len=spec.model.max_model_len,
+            revision=str(status.get("revision") or ""),
         )  # fmt: skip
+        found[model] = _with_canary(stable, status.get("canary"), by_service)
     return found
+
+
+CANARY_PHASES = (CanaryPhase.PROGRESSING, CanaryPhase.PAUSED, CanaryPhase.PROMOTING)
+"""Phases in which a canary takes its share of the traffic (`status.canary.weight`)."""
+
+
+def _with_canary(
+    stable: Service,
+    canary: Mapping[str, Any] | None,
+    by_service: Mapping[tuple[str, str], list[Mapping[str, Any]]],
+) -> Service:
+    """`stable` with the canary its status publishes, if one runs: the canary's pools are the
+    Services the operator names after its revision (`labels.revision_child_name`), whose
+    EndpointSlices list the canary pods that serve its share."""
+    if not canary or canary.get("phase") not in CANARY_PHASES or not canary.get("revision"):
+        return stable
+    revision = str(canary["revision"])
+    pools = {
+        role: Pool(role, _ready_urls(by_service.get(
+            (stable.namespace, L.revision_child_name(stable.name, role, revision)), [])))
+        for role in stable.pools
+    }  # fmt: skip
+    service = replace(stable, pools=pools, revision=revision)
+    return replace(stable, canary=Split.of(service, int(canary.get("weight") or 0)))
 
 
 def _pool(
@@ -135,6 +164,30 @@ def changes(before: Mapping[str, Service], after: Mapping[str, Service]) -> list
                 )
         for role in sorted(old.pools.keys() - service.pools.keys()) if old is not None else ():
             lines.append(f"model {model!r} ({where}) pool {role}: no longer routed to")
+        lines += _canary_changes(model, where, old.canary if old else None, service.canary)
+    return lines
+
+
+def _canary_changes(model: str, where: str, before: Split | None, after: Split | None) -> list[str]:
+    """Lines for a canary that starts, changes weight or endpoints, or ends."""
+    if after is None:
+        return (
+            [f"model {model!r} ({where}): canary {before.service.revision} ended"] if before else []
+        )
+    canary = after.service
+    said = f"model {model!r} ({where}) canary {canary.revision}"
+    lines = []
+    if before is None or (before.service.revision, before.weight) != (
+        canary.revision,
+        after.weight,
+    ):
+        lines.append(f"{said}: weight {after.weight}% (stable {100 - after.weight}%)")
+    for role, pool in sorted(canary.pools.items()):
+        was = before.service.pools.get(role) if before is not None else None
+        if was is None or was.endpoints != pool.endpoints:
+            lines.append(
+                f"{said} pool {role}: serving endpoints {', '.join(pool.endpoints) or 'none'}"
+            )
     return lines
 
 

@@ -1,6 +1,7 @@
 """The gateway's Prometheus metrics, in a registry of their own per app (no global state).
 
-Every series carries namespace, service, pool and model, as DESIGN.md §1 asks of all metrics.
+Every series carries namespace, service, pool and model, as DESIGN.md §1 asks of all metrics
+(and the per-pool ones the revision that served).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-LABELS = ("namespace", "service", "pool", "model")
-Labels = tuple[str, str, str, str]
+LABELS = ("namespace", "service", "pool", "model", "revision")
+"""Labels of every per-pool series; `revision` tells a canary's requests from the stable
+revision's (the canary analysis compares them), empty where discovery knows none."""
+Labels = tuple[str, str, str, str, str]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)

@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from llmfleet.gateway.discovery import Pool, Role, Service
 from llmfleet.gateway.endpoints import EndpointTable
 from llmfleet.gateway.errors import error_response, stream_error_event
-from llmfleet.gateway.metrics import GatewayMetrics
+from llmfleet.gateway.metrics import GatewayMetrics, Labels
 from llmfleet.gateway.openai_request import ParsedRequest
 from llmfleet.gateway.routing.base import RoutingRequest
 from llmfleet.gateway.routing.registry import PluginOptions, Scheduler
@@ -80,8 +80,9 @@ class Call:
     still closed and accounted for. Shared by the call's `retarget` copies; a stage that gives
     a stream to other callers (coalescing) calls on with a list of its own."""
 
-    def labels(self, pool: Role) -> tuple[str, str, str, str]:
-        return (self.service.namespace, self.service.name, pool, self.service.model)
+    def labels(self, pool: Role) -> Labels:
+        service = self.service
+        return (service.namespace, service.name, pool, service.model, service.revision)
 
     def policy_labels(self) -> tuple[str, str, str]:
         """Labels of the per-policy metrics: namespace, service, model."""
@@ -128,7 +129,7 @@ class Forwarder:
         self.upstream = upstream
         self.table = table
         self.metrics = metrics
-        self._schedulers: dict[tuple[str, Role], Scheduler] = {}
+        self._schedulers: dict[tuple[str, Role, str], Scheduler] = {}
         self._pool_in_flight: dict[tuple[str, Role], int] = {}
         profile = settings.profiles[settings.profile]
         self._profile = profile
@@ -136,10 +137,10 @@ class Forwarder:
         # Fail at start-up, not on the first request, when a profile names an unknown plugin.
         Scheduler.build(profile.filters, profile.scorers, profile.picker, self._options)
 
-    def scheduler(self, model: str, pool: Role) -> Scheduler:
-        key = (model, pool)
+    def scheduler(self, model: str, pool: Role, revision: str = "") -> Scheduler:
+        key = (model, pool, revision)
         scheduler = self._schedulers.get(key)
-        if scheduler is None:  # one per pool: pickers keep per-pool state (round-robin)
+        if scheduler is None:  # one per pool and revision: pickers keep per-pool state
             p = self._profile
             scheduler = Scheduler.build(p.filters, p.scorers, p.picker, self._options)
             self._schedulers[key] = scheduler
@@ -179,7 +180,8 @@ class Forwarder:
         read_timeout = self._read_timeout(call)
         for attempt in range(ATTEMPTS):
             urls = [url for url in pool.endpoints if url not in tried]
-            candidate = self.scheduler(call.service.model, pool.role).pick(
+            service = call.service
+            candidate = self.scheduler(service.model, pool.role, service.revision).pick(
                 call.routing, self.table.candidates(urls)
             )
             if candidate is None:
@@ -280,13 +282,17 @@ class Forwarder:
         return value
 
     def _headers(self, call: Call, opened: Opened, extra: dict[str, str]) -> dict[str, str]:
-        return {
+        service = call.service
+        headers = {
             "x-request-id": call.request_id,
-            "x-llmfleet-service": f"{call.service.namespace}/{call.service.name}",
+            "x-llmfleet-service": f"{service.namespace}/{service.name}",
             "x-llmfleet-pool": opened.pool,
             "x-llmfleet-endpoint": opened.url,
             **extra,
         }
+        if service.revision:
+            headers["x-llmfleet-revision"] = service.revision
+        return headers
 
     async def relay(self, call: Call, opened: Opened, extra: dict[str, str]) -> Response:
         """The client's response: the engine's bytes, streamed when the engine streams."""
@@ -322,7 +328,7 @@ class Forwarder:
         self._done(call, call.labels(opened.pool), outcome)
         await opened.response.aclose()
 
-    def _done(self, call: Call, labels: tuple[str, str, str, str], outcome: str) -> None:
+    def _done(self, call: Call, labels: Labels, outcome: str) -> None:
         pool = self.metrics.pool(labels)
         pool.outcome(outcome).inc()
         pool.e2e.observe(time.perf_counter() - call.arrived)
@@ -336,9 +342,7 @@ class _Relay:
 
     An engine failing mid-stream ends the body with one SSE error event."""
 
-    def __init__(
-        self, forwarder: Forwarder, call: Call, opened: Opened, labels: tuple[str, str, str, str]
-    ) -> None:
+    def __init__(self, forwarder: Forwarder, call: Call, opened: Opened, labels: Labels) -> None:
         self._forwarder = forwarder
         self._call = call
         self._opened = opened
