@@ -46,7 +46,8 @@ OPERATOR_NEEDS = [
 Operator's CRD kubectl cannot resolve the resource; test_rbac_render.py checks that rule.)"""
 OPERATOR_MUST_NOT = [
     ("get", "secrets"), ("list", "secrets"), ("create", "pods"), ("delete", "pods"),
-    ("create", ISVC), ("delete", ISVC), ("update", "deployments.apps"),
+    ("create", ISVC), ("delete", ISVC), ("patch", ISVC), ("update", ISVC),
+    ("update", "deployments.apps"),
     ("patch", "replicasets.apps"), ("create", "serviceaccounts#token"),
     ("create", "rolebindings.rbac.authorization.k8s.io"),
 ]  # fmt: skip
