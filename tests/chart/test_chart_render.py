@@ -249,3 +249,23 @@ def test_disruption_budgets(values: dict[str, Any], budgets: dict[str, int]) -> 
         component = pdb["metadata"]["labels"]["app.kubernetes.io/component"]
         selector = helm.deployment(docs, component)["spec"]["selector"]["matchLabels"]
         assert pdb["spec"]["selector"]["matchLabels"] == selector
+
+
+@pytest.mark.parametrize(
+    ("files", "probe_port", "ports"),
+    [([], "http", {"http": 8080}), ([helm.VALUES_FULL], "admin", {"http": 9080, "admin": 9091})],
+    ids=["defaults", "admin-port"],
+)
+def test_gateway_probes_and_ports_follow_the_admin_port(
+    files: list[Path], probe_port: str, ports: dict[str, int]
+) -> None:
+    """With settings.adminPort, /healthz and /readyz (and /metrics) answer only there; the
+    gateway Service still exposes only the API."""
+    docs = helm.template(files=files)
+    (container,) = helm.deployment(docs, "gateway")["spec"]["template"]["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == ports
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": probe_port}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": probe_port}
+    labels = helm.deployment(docs, "gateway")["metadata"]["labels"]
+    (service,) = [s for s in helm.find(docs, "Service") if s["metadata"]["labels"] == labels]
+    assert [port["targetPort"] for port in service["spec"]["ports"]] == ["http"]
