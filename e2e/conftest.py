@@ -32,20 +32,21 @@ def pytest_runtest_makereport(
     """A failed test's report carries the system's state and logs at the moment it failed
     (CI keeps only what pytest prints, and the system is gone after the run)."""
     report: pytest.TestReport = yield
-    system = getattr(item, "funcargs", {}).get("system")
-    if report.when == "call" and report.failed and isinstance(system, LocalSystem):
-        report.sections.append(("the system when the test failed", system.diagnose()))
+    if report.when == "call" and report.failed:
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, LocalSystem):
+                report.sections.append(("the system when the test failed", value.diagnose()))
     return report
 
 
-@pytest.fixture(scope="session")
-def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+def start_system(state: Path, *extra: str) -> LocalSystem:
+    """`llmfleet up --detach` (with `extra` options) with its state in `state` and free ports;
+    returns once both sample models answer through the gateway."""
     require_isolation()
-    state = tmp_path_factory.mktemp("state")
     env = {**os.environ, "LLMFLEET_STATE_DIR": str(state)}
     ports = {"gateway": free_port(), "prometheus": free_port()}
     command = [
-        sys.executable, "-m", "llmfleet.core.cli", "up", "--detach",
+        sys.executable, "-m", "llmfleet.core.cli", "up", "--detach", *extra,
         "--gateway-port", str(ports["gateway"]), "--prometheus-port", str(ports["prometheus"]),
     ]  # fmt: skip
     started = subprocess.run(
@@ -59,6 +60,16 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
         pytest.fail(f"llmfleet up failed ({started.returncode}): {started.stderr[-2000:]}")
     try:
         local.wait_models(["qwen-7b", "llama-8b-pd"])
+    except BaseException:
+        local.down()
+        raise
+    return local
+
+
+@pytest.fixture(scope="session")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+    local = start_system(tmp_path_factory.mktemp("state"))
+    try:
         yield local
     finally:
         local.down()

@@ -171,7 +171,8 @@ class LocalSystem:
                 parts.append(f"--- kubectl {' '.join(args[:2])} ({title})\n{self.kubectl(*args)}")
             except Exception as error:  # the report says what could not be read
                 parts.append(f"--- {title}: {error}")
-        for log_file in sorted(self.paths.logs.glob("*.log")):
+        logs = [*self.paths.logs.glob("*.log"), *self.paths.logs.glob("components/*.log")]
+        for log_file in sorted(logs):
             try:
                 lines = log_file.read_text(errors="replace").splitlines()[-log_lines:]
             except OSError as error:

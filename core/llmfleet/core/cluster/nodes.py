@@ -185,6 +185,37 @@ def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
     }
 
 
+def cpu_node(name: str = "cpu-0") -> dict[str, Any]:
+    """One fake node without GPUs or taints, where pods that ask for no GPU land (llmfleet's
+    own components when `llmfleet up --chart` installs them from the Helm chart)."""
+    capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                NODE_ROLE_LABEL: "cpu",
+            },
+        },
+        "status": {
+            "allocatable": dict(capacity),
+            "capacity": capacity,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": "fake",
+                "kubeProxyVersion": "fake",
+            },
+        },
+    }
+
+
 def gpu_nodes(count: int, gpus_per_node: int, gpu_type_name: str) -> list[dict[str, Any]]:
     """`count` identical GPU nodes, validated: a bad argument is a ClusterError, not a traceback."""
     gpu = gpu_type(gpu_type_name)

@@ -117,6 +117,13 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
         detach: Annotated[bool, typer.Option(help="Return once the system serves.")] = False,
         gateway_port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8080,
         prometheus_port: Annotated[int, typer.Option(help="Prometheus port on 127.0.0.1.")] = 9090,
+        chart: Annotated[
+            bool,
+            typer.Option(
+                help="Install llmfleet's operator, autoscaler and gateway with the Helm chart "
+                "(charts/llmfleet): they run as pods, with the chart's RBAC."
+            ),
+        ] = False,
     ) -> None:
         """Start the whole system on this machine, then show its status live.
 
@@ -137,7 +144,7 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
             ports = layout.Ports(gateway=gateway_port, prometheus=prometheus_port, api=0)
             started = time.monotonic()
             with build_reporter() as reporter:
-                record = control.up(paths, ports, file, _step, build_progress=reporter)
+                record = control.up(paths, ports, file, _step, chart=chart, build_progress=reporter)
             _step(f"up in {time.monotonic() - started:.0f}s")
         _first_steps(paths, record)
         if not detach:

@@ -77,6 +77,7 @@ def up(
     services: Path | None,
     say: Say,
     *,
+    chart: bool = False,
     build_progress: build.Progress | None = None,
     timeout: float = 300,
 ) -> layout.Record:
@@ -85,7 +86,7 @@ def up(
         raise LocalSystemError(f"{services}: no such file")
     if running(paths) is not None:
         raise LocalSystemError("the local system is already up")
-    tools = [TOOLS_BY_NAME[name] for name in SYSTEM_TOOLS]
+    tools = [TOOLS_BY_NAME[name] for name in (*SYSTEM_TOOLS, *(("helm",) if chart else ()))]
     missing = build.missing_tools(tools)
     if missing:
         build.check_go()
@@ -107,6 +108,10 @@ def up(
     ]  # fmt: skip
     if services is not None:
         argv += ["--services", str(services.resolve())]
+    if chart:
+        if not (layout.CHART / "Chart.yaml").is_file():
+            raise LocalSystemError(f"--chart needs the chart of the checkout: {layout.CHART}")
+        argv.append("--chart")
     for name, listening in sockets.items():
         argv += ["--relay", f"{listening.fileno()}:{ports.relayed()[name]}"]
     system_log = paths.logs / "system.log"

@@ -12,7 +12,9 @@ nothing. Every `interval` the runner lists the engine pods (label `llmfleet.dev/
 - restarts an engine that exited (backing off 1 s, 2 s, … 10 s) and counts the restarts;
 - stops the engine of a pod that is deleted or gone (SIGTERM, SIGKILL after `stop_grace`);
 - writes the Prometheus file-discovery targets of the running engines, labelled as the
-  ServiceMonitor labels real pods (namespace, service, pool, pod, revision).
+  ServiceMonitor labels real pods (namespace, service, pool, pod, revision);
+- with `--components`, runs llmfleet's own component pods (the Helm chart's operator, autoscaler
+  and gateway) as processes with their pod's environment and ServiceAccount (components.py).
 
 It keeps no state that a restart loses: engines are its children (they die with it), and a new
 runner starts them again from the pods.
@@ -43,6 +45,7 @@ from kubernetes import client
 
 from llmfleet.core.kube import api_client
 from llmfleet.core.local import engines, podnet
+from llmfleet.core.local.components import ComponentRunner
 
 log = logging.getLogger("llmfleet.podrunner")
 
@@ -154,8 +157,11 @@ class PodRunner:
         *,
         probe: Callable[[str], bool] | None = None,
         stop_grace: float = 5.0,
+        components: ComponentRunner | None = None,
     ) -> None:
         self.core = core
+        self.components = components
+        """Runs llmfleet's own component pods too (`llmfleet up --chart`)."""
         self.binary = binary
         self.log_dir = log_dir
         self.targets_file = targets_file
@@ -209,6 +215,8 @@ class PodRunner:
             if engine.pod.ready != engine.healthy:
                 self._set_ready(engine)
         self._write_targets()
+        if self.components is not None:
+            self.components.reconcile()
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
         """Reconcile every `interval` until `stop` is set; then stop every engine."""
@@ -223,6 +231,8 @@ class PodRunner:
             self.close()
 
     def close(self) -> None:
+        if self.components is not None:
+            self.components.close()
         for engine in self.engines.values():
             self._stop(engine, "the pod runner stops")
         self.engines.clear()
@@ -418,9 +428,17 @@ def main() -> None:
     parser.add_argument("--logs", required=True, type=Path, help="one log file per engine here")
     parser.add_argument("--targets", type=Path, help="Prometheus file-discovery JSON to write")
     parser.add_argument("--interval", type=float, default=0.5)
+    parser.add_argument(
+        "--components", type=Path,
+        help="also run llmfleet's component pods (the Helm chart's), their logs and tokens here",
+    )  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    runner = PodRunner(client.CoreV1Api(api_client()), args.binary, args.logs, args.targets)
+    core = client.CoreV1Api(api_client())
+    components = None
+    if args.components:
+        components = ComponentRunner(core, Path(os.environ["KUBECONFIG"]), args.components, http_ok)
+    runner = PodRunner(core, args.binary, args.logs, args.targets, components=components)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

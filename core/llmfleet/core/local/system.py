@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from llmfleet.core import loopback
-from llmfleet.core.cluster import LocalCluster, build
+from llmfleet.core.cluster import LocalCluster, build, nodes
 from llmfleet.core.local import layout, podnet
 from llmfleet.core.local.podrunner import http_ok
 
@@ -86,10 +86,14 @@ class Child:
 
 
 class System:
-    def __init__(self, paths: layout.Paths, ports: layout.Ports, services: Path | None) -> None:
+    def __init__(
+        self, paths: layout.Paths, ports: layout.Ports, services: Path | None, chart: bool = False
+    ) -> None:
         self.paths = paths
         self.ports = ports
         self.services = services
+        self.chart = chart
+        """Run the components from the Helm chart, as pods, instead of as our own children."""
         self.cluster = LocalCluster(layout.CLUSTER_NAME, state=paths.root)
         self.children: list[Child] = []
         self.stopping = False
@@ -134,15 +138,15 @@ class System:
             runner_owns_engines=True,
             step=lambda message: say("STEP", message),
         )
-        say("STEP", "installing the CRDs")
-        for manifest in layout.crd_files():
-            self.cluster.kubectl("apply", "--server-side", "-f", str(manifest))
-        self.cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/inferenceservices.llmfleet.dev",
-        )  # fmt: skip
+        if not self.chart:  # the chart brings its own
+            say("STEP", "installing the CRDs")
+            for manifest in layout.crd_files():
+                self.cluster.kubectl("apply", "--server-side", "-f", str(manifest))
+            self.cluster.kubectl(
+                "wait", "--for=condition=Established", "--timeout=60s",
+                "crd/inferenceservices.llmfleet.dev",
+            )  # fmt: skip
         env = self._env()
-        cli = [sys.executable, "-m", "llmfleet.core.cli"]
 
         say("STEP", f"starting Prometheus on 127.0.0.1:{self.ports.prometheus}")
         self.paths.prometheus.mkdir(parents=True, exist_ok=True)
@@ -166,18 +170,27 @@ class System:
         self._wait_ready(prometheus)
 
         say("STEP", "starting the pod runner (one engine simulator per Ready engine pod)")
-        runner = self._child(
-            "podrunner",
-            [
-                sys.executable, "-m", "llmfleet.core.local.podrunner",
-                "--binary", str(build.ensure_binary("llm-d-inference-sim")),
-                "--logs", str(self.paths.logs / "engines"),
-                "--targets", str(self.paths.engine_targets),
-            ],
-            env,
-            None,
-        )  # fmt: skip
-        self._wait_ready(runner, timeout=2)
+        runner_argv = [
+            sys.executable, "-m", "llmfleet.core.local.podrunner",
+            "--binary", str(build.ensure_binary("llm-d-inference-sim")),
+            "--logs", str(self.paths.logs / "engines"),
+            "--targets", str(self.paths.engine_targets),
+        ]  # fmt: skip
+        if self.chart:
+            runner_argv += ["--components", str(self.paths.logs / "components")]
+        self._wait_ready(self._child("podrunner", runner_argv, env, None), timeout=2)
+        if self.chart:
+            self._install_chart()
+        else:
+            self._start_components(env)
+
+        services = self.services or layout.SAMPLES
+        say("STEP", f"applying {services}")
+        self.cluster.kubectl("apply", "-f", str(services))
+
+    def _start_components(self, env: dict[str, str]) -> None:
+        """The operator, autoscaler and gateway as children of this supervisor."""
+        cli = [sys.executable, "-m", "llmfleet.core.cli"]
 
         say("STEP", f"starting the operator (metrics on 127.0.0.1:{self.ports.operator})")
         operator_env = env | {
@@ -232,9 +245,91 @@ class System:
             )
         )
 
-        services = self.services or layout.SAMPLES
-        say("STEP", f"applying {services}")
-        self.cluster.kubectl("apply", "-f", str(services))
+    def chart_values(self) -> dict[str, object]:
+        """Values for the chart on this machine: one replica each, and the gateway and the
+        metrics on the system's ports (its component processes share this namespace, see
+        components.py); the operator publishes the gateway URL the user reaches."""
+        ports = self.ports
+        return {
+            "loopbackOnly": True,
+            "operator": {
+                "replicas": 1,
+                "metricsPort": ports.operator,
+                "gatewayUrl": f"http://127.0.0.1:{ports.gateway}",
+                "podDisruptionBudget": {"enabled": False},
+                "settings": {"metricsHost": "127.0.0.1", "drainSeconds": 15, "resyncSeconds": 5},
+            },
+            "autoscaler": {
+                "prometheusUrl": f"http://127.0.0.1:{ports.prometheus}",
+                "metricsPort": ports.autoscaler,
+                "settings": {
+                    "metricsHost": "127.0.0.1",
+                    "intervalSeconds": 5,
+                    "scrapeInterval": f"{layout.SCRAPE_SECONDS}s",
+                    "statusRefreshSeconds": 15,
+                },
+            },
+            "gateway": {
+                "replicas": 1,
+                "port": ports.gateway,
+                "podDisruptionBudget": {"enabled": False},
+                "settings": {"host": "127.0.0.1"},
+            },
+        }
+
+    def _install_chart(self) -> None:
+        """`helm install` of charts/llmfleet: the pod runner runs its component pods."""
+        say("STEP", "adding a CPU node for llmfleet's own pods")
+        self.cluster.kubectl("apply", "-f", "-", stdin=json.dumps(nodes.cpu_node()))
+        values = self.paths.root / "chart-values.yaml"
+        values.write_text(yaml.safe_dump(self.chart_values()))
+        say("STEP", f"helm install {layout.CHART_RELEASE} {layout.CHART}")
+        helm = subprocess.run(
+            [
+                str(build.ensure_binary("helm")), "install", layout.CHART_RELEASE,
+                str(layout.CHART), "--namespace", layout.CHART_NAMESPACE, "--create-namespace",
+                "--values", str(values), "--kubeconfig", str(self.cluster.kubeconfig),
+            ],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        if helm.returncode != 0:
+            raise RuntimeError(f"helm install failed: {helm.stderr.strip()[-2000:]}")
+        say("STEP", "waiting for the chart's operator, autoscaler and gateway pods")
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if (
+                http_ok(f"http://127.0.0.1:{self.ports.gateway}/readyz")
+                and self._components_ready()
+            ):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(
+            "the chart's components are not ready after 180s: see "
+            f"{self.paths.logs / 'podrunner.log'} and {self.paths.logs / 'components'}"
+        )
+
+    def _components_ready(self) -> bool:
+        pods = json.loads(
+            self.cluster.kubectl(
+                "get",
+                "pods",
+                "-n",
+                layout.CHART_NAMESPACE,
+                "-o",
+                "json",
+                "-l",
+                "app.kubernetes.io/component in (operator,autoscaler,gateway)",
+            )
+        )["items"]
+        return len(pods) >= 3 and all(
+            any(
+                c["type"] == "Ready"
+                and c["status"] == "True"
+                and c.get("reason") == "ComponentReady"
+                for c in pod.get("status", {}).get("conditions", [])
+            )
+            for pod in pods
+        )
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -295,7 +390,8 @@ async def relay(listening: socket.socket, port: int) -> asyncio.Server:
 async def _main(args: argparse.Namespace) -> int:
     paths = layout.Paths(Path(args.state))
     ports = layout.Ports(**json.loads(args.ports))
-    system = System(paths, ports, Path(args.services) if args.services else None)
+    services = Path(args.services) if args.services else None
+    system = System(paths, ports, services, chart=args.chart)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -329,6 +425,7 @@ def main() -> None:
     parser.add_argument("--ports", required=True, help="JSON of layout.Ports")
     parser.add_argument("--services")
     parser.add_argument("--relay", action="append", default=[], help="FD:PORT")
+    parser.add_argument("--chart", action="store_true", help="components from the Helm chart")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     sys.exit(asyncio.run(_main(args)))
