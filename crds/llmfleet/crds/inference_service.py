@@ -262,7 +262,12 @@ class StableSpec(ApiModel):
     model: ModelSpec
     """The stable revision's model."""
     runtime: RuntimeSpec
-    """The stable revision's runtime, its image resolved."""
+    """The stable revision's runtime, as its spec said it."""
+    image: Annotated[str, Field(max_length=512)] = ""
+    """The image its pods run: `runtime.image`, or the operator's default image then."""
+    deployment_revision: Annotated[str, Field(max_length=64)] = ""
+    """The revision its Deployments are named after (`<service>-<pool initial><6 hex>`): the
+    canary it was promoted from. Empty: they are `<service>-<pool>`."""
 
 
 class AutoscalingPoolDecision(ApiModel):

@@ -44,6 +44,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
      "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Serving", "type": "string", "jsonPath": ".status.serving",
      "description": "Serving/desired replicas per pool"},
+    {"name": "Canary", "type": "string", "jsonPath": ".status.canary.phase",
+     "description": "Canary rollout phase (its share is in Serving)"},
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Reason", "type": "string", "priority": 1,

@@ -92,19 +92,44 @@ def config_map(service: InferenceService, retiring: Mapping[str, str] | None = N
     }
 
 
+def config_text(service: InferenceService, pool: str) -> str:
+    """The runtime config file of `pool` as `service`'s spec makes it (what the ConfigMap
+    holds under the key of each Deployment of the pool, `config_key`)."""
+    return _config_text(service, pool)
+
+
+def config_key(service: InferenceService, deployment_name: str) -> str:
+    """The ConfigMap key a Deployment's pods read: `<pool>.json` for `<service>-<pool>`,
+    `<suffix>.json` for a Deployment named after a revision (`<service>-<suffix>`)."""
+    prefix = f"{service.metadata['name']}-"
+    return f"{deployment_name.removeprefix(prefix)}.json"
+
+
 def deployment(
     service: InferenceService,
     pool: str,
     replicas: int,
     settings: OperatorSettings,
     surge: int = 1,
+    *,
+    name: str | None = None,
+    revision: str = "",
 ) -> Manifest:
     """The pool's Deployment. A rolling update starts `surge` extra pods (one; none when the
-    GPU budget has no room, and then takes one pod down at a time instead)."""
+    GPU budget has no room, and then takes one pod down at a time instead).
+
+    A Deployment started for a revision by a canary rollout has its own `name`
+    (`labels.revision_child_name`): its selector and pods carry `llmfleet.dev/deployment`, so
+    it never claims the pool's other Deployment's pods, and its pods carry the `revision`."""
     spec = service.spec
     pool_spec = spec.pools()[pool]
     gpus = spec.runtime.gpu.count
+    name = name or child_name(service, pool)
     selector = {L.SERVICE: service.metadata["name"], L.POOL: pool}
+    pod_labels: dict[str, str] = {}
+    if name != child_name(service, pool):
+        selector[L.DEPLOYMENT] = name
+        pod_labels[L.REVISION] = revision
     config_hash = hashlib.sha256(_config_text(service, pool).encode()).hexdigest()[:16]
     node_selector = {GPU_PRODUCT_LABEL: GPU_TYPES[spec.runtime.gpu.type.value].product}
     node_selector |= pool_spec.node_selector
@@ -113,7 +138,12 @@ def deployment(
     container = {
         "name": "engine",
         "image": spec.runtime.image or settings.runtime_image,
-        "command": ["llmfleet-runtime", "serve", "--config", f"{CONFIG_DIR}/{pool}.json"],
+        "command": [
+            "llmfleet-runtime",
+            "serve",
+            "--config",
+            f"{CONFIG_DIR}/{config_key(service, name)}",
+        ],
         # `http` is vLLM itself (the Services target it); `launcher` carries no requests.
         "ports": [
             {"name": "http", "containerPort": L.ENGINE_PORT, "protocol": "TCP"},
@@ -153,10 +183,13 @@ def deployment(
         # once vLLM has nothing in flight or LLMFLEET_DRAIN_SECONDS have passed; SIGTERM after.
         "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": "launcher"}}},
     }
+    metadata = _meta(service, name, pool)
+    if revision:
+        metadata["labels"][L.REVISION] = revision
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(service, child_name(service, pool), pool),
+        "metadata": metadata,
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
@@ -169,7 +202,7 @@ def deployment(
             "template": {
                 "metadata": {
                     # New pods start as spares; the operator promotes them once Ready.
-                    "labels": selector | {L.SERVING: "false"},
+                    "labels": selector | pod_labels | {L.SERVING: "false"},
                     "annotations": {L.CONFIG_HASH: config_hash},
                 },
                 "spec": {
@@ -199,6 +232,25 @@ def pool_service(service: InferenceService, pool: str) -> Manifest:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(service, child_name(service, pool), pool),
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": L.ENGINE_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def canary_service(service: InferenceService, pool: str, name: str, revision: str) -> Manifest:
+    """A canary's Service for one pool, named as its Deployment: the canary's serving pods
+    (`llmfleet.dev/serving: canary`) only, so the pool Service never sees them. The gateway
+    sends the canary's share of the traffic to its EndpointSlices."""
+    selector = {L.SERVICE: service.metadata["name"], L.POOL: pool, L.DEPLOYMENT: name,
+                L.SERVING: L.SERVING_CANARY}  # fmt: skip
+    metadata = _meta(service, name, pool)
+    metadata["labels"][L.REVISION] = revision
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
         "spec": {
             "selector": selector,
             "ports": [{"name": "http", "port": L.ENGINE_PORT, "targetPort": "http"}],
@@ -244,7 +296,21 @@ def service_monitor(service: InferenceService) -> Manifest:
             "selector": {
                 "matchLabels": {L.SERVICE: service.metadata["name"], METRICS_LABEL: "true"}
             },
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "endpoints": [
+                {
+                    "port": "http",
+                    "path": "/metrics",
+                    "interval": "15s",
+                    # The canary analysis tells revisions apart by `revision` (local file
+                    # discovery names it so too).
+                    "relabelings": [
+                        {
+                            "sourceLabels": ["__meta_kubernetes_pod_label_llmfleet_dev_revision"],
+                            "targetLabel": "revision",
+                        }
+                    ],
+                }
+            ],
             "podTargetLabels": [L.SERVICE, L.POOL],
         },
     }

@@ -18,11 +18,12 @@ from typing import Any, TypeVar, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
 from llmfleet.crds import labels as L
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL
-from llmfleet.crds.inference_service import AutoscalingStatus
+from llmfleet.crds.inference_service import AutoscalingStatus, CanaryStatus, StableSpec
 from llmfleet.operator.failures import ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
@@ -153,17 +154,34 @@ def observed_pod(pod: client.V1Pod) -> ObservedPod:
         else None
     )
     cost = annotations.get(L.DELETION_COST)
+    serving = labels.get(L.SERVING)
     return ObservedPod(
         name=meta.name,
         pool=labels.get(L.POOL, ""),
         created=meta.creation_timestamp or datetime.now(UTC),
         ready=ready is not None and ready.status == "True",
-        serving=labels.get(L.SERVING) == "true",
+        serving=serving in ("true", L.SERVING_CANARY),
+        serving_value=serving if serving == L.SERVING_CANARY else "true",
+        deployment=labels.get(L.DEPLOYMENT),
         terminating=meta.deletion_timestamp is not None,
         demoted_at=_parse_time(annotations.get(L.DEMOTED_AT)),
         deletion_cost=int(cost) if cost and cost.lstrip("-").isdigit() else None,
         unschedulable=unschedulable,
     )
+
+
+def rollout_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """`status.revision`, `stableSpec` and `canary` as `Observed` fields; a part that no longer
+    parses (written by another version) is left out: the rollout then starts from what the
+    spec says, as for a new service."""
+    found: dict[str, Any] = {"revision": str(status.get("revision") or "")}
+    for key, field, model in (("stableSpec", "stable_spec", StableSpec),
+                              ("canary", "canary", CanaryStatus)):  # fmt: skip
+        try:
+            found[field] = model.model_validate(status[key]) if status.get(key) else None
+        except ValidationError:
+            found[field] = None
+    return found
 
 
 class Kube:
@@ -261,6 +279,7 @@ class Kube:
                 Condition.model_validate(condition) for condition in status.get("conditions", [])
             ),
             autoscaling=AutoscalingStatus.model_validate(autoscaling) if autoscaling else None,
+            **rollout_status(status),
         )
 
     def children(self, namespace: str, name: str, monitors: bool) -> tuple[ObservedChild, ...]:
@@ -379,7 +398,7 @@ class Kube:
             "metadata": {
                 "name": change.name,
                 "namespace": namespace,
-                "labels": {L.SERVING: "true" if change.serving else "false"},
+                "labels": {L.SERVING: change.serving_value if change.serving else "false"},
                 "annotations": annotations,
             },
         }

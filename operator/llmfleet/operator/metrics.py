@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class OperatorMetrics:
@@ -33,6 +33,30 @@ class OperatorMetrics:
             "llmfleet_operator_events_failed_total",
             "Kubernetes Events the operator could not post (best-effort: the pass goes on).",
             ["namespace", "service", "reason"],
+            registry=self.registry,
+        )
+        self.canary_verdicts = Counter(
+            "llmfleet_operator_canary_verdicts_total",
+            "Canary analyses by verdict (Pass, Fail, WaitForSamples, Unavailable).",
+            ["namespace", "service", "verdict"],
+            registry=self.registry,
+        )
+        self.canary_steps = Counter(
+            "llmfleet_operator_canary_steps_total",
+            "Canary steps passed (the last one counts as it starts the promotion).",
+            ["namespace", "service"],
+            registry=self.registry,
+        )
+        self.canary_rollbacks = Counter(
+            "llmfleet_operator_canary_rollbacks_total",
+            "Canaries rolled back (reason CanaryRolledBack: a failed analysis; CanaryAborted).",
+            ["namespace", "service", "reason"],
+            registry=self.registry,
+        )
+        self.canary_weight = Gauge(
+            "llmfleet_operator_canary_weight_percent",
+            "Percent of the traffic the service's canary gets now (0 without one).",
+            ["namespace", "service"],
             registry=self.registry,
         )
         self.nonlocal_refused = Counter(

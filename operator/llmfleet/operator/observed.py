@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from llmfleet.crds import labels as L
-from llmfleet.crds.inference_service import AutoscalingStatus, Condition
+from llmfleet.crds.inference_service import (
+    AutoscalingStatus,
+    CanaryStatus,
+    Condition,
+    StableSpec,
+)
+from llmfleet.operator.rollout import Analysis
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,11 @@ class ObservedPod:
     """The scheduler's message when the pod is Pending as Unschedulable."""
     in_flight: int | None = None
     """Requests running or waiting in the engine; None when unknown (no metrics)."""
+    serving_value: str = "true"
+    """The `llmfleet.dev/serving` value while `serving`: "true", or "canary" for a canary's."""
+    deployment: str | None = None
+    """`llmfleet.dev/deployment`: the revision-named Deployment it belongs to (None: the
+    pool's `<service>-<pool>`)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,14 @@ class Observed:
     """The service's current conditions (their transition times are kept when unchanged)."""
     autoscaling: AutoscalingStatus | None = None
     """`status.autoscaling`, written by the autoscaler."""
+    revision: str = ""
+    """`status.revision`: the stable revision."""
+    stable_spec: StableSpec | None = None
+    """`status.stableSpec`: what makes the stable revision's pods."""
+    canary: CanaryStatus | None = None
+    """`status.canary`: the rollout's state."""
+    analysis: Analysis | None = None
+    """The canary analysis taken for this pass (only when one was due)."""
     gpu_node_products: tuple[str, ...] | None = None
     """`nvidia.com/gpu.product` of every GPU node in the cluster, one entry per node; None when
     not looked at (it is only while a pod is unschedulable) or not allowed to list nodes."""

@@ -6,8 +6,6 @@ status to write and the events to post; `reconcile.py` carries it out.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,11 +15,12 @@ from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import ConditionStatus, PoolStatus
 from llmfleet.operator import children
 from llmfleet.operator.budget import PoolTarget, fit, surge
+from llmfleet.operator.canary_plan import RolloutPlan, plan_rollout, rollout_conditions
 from llmfleet.operator.children import Manifest
 from llmfleet.operator.conditions import conditions
 from llmfleet.operator.failures import ChildFailure, child_key
 from llmfleet.operator.observed import Observed, ObservedChild
-from llmfleet.operator.pools import PodChange, PoolAssignment, assign, draining
+from llmfleet.operator.pools import PodChange, PoolAssignment, draining
 from llmfleet.operator.prune import ours, prune
 from llmfleet.operator.settings import OperatorSettings
 
@@ -47,6 +46,8 @@ class Plan:
     events: tuple[Event, ...]
     requeue_after: float | None
     """Look again this soon (a drain ends, pods are starting); None: wait for a change."""
+    rollout: RolloutPlan | None = None
+    """The rollout's decision and Deployments (for metrics and log lines)."""
 
 
 def targets(
@@ -86,45 +87,35 @@ def desired(
 
     The children do not depend on `failures`: a pass plans once, applies, and plans again with
     the children the API server refused, so that the status and events report them."""
-    pools = targets(service, observed, now, settings.drain_seconds)
-    assignments: dict[str, PoolAssignment] = {
-        pool: assign(
-            observed.pool_pods(pool), target.active, target.spares, now, settings.drain_seconds
-        )
-        for pool, target in pools.items()
-    }
+    # The stable revision's Deployment per pool, and a canary's beside it (canary_plan.py).
+    rollout = plan_rollout(
+        service, observed, settings, now, targets(service, observed, now, settings.drain_seconds)
+    )
+    pools = rollout.stable_targets
+    assignments: dict[str, PoolAssignment] = rollout.assignments
 
-    objects: list[Manifest] = [
-        children.config_map(service, retiring_configs(service, observed)),
-        children.metrics_service(service),
-    ]
+    config_map = children.config_map(service, retiring_configs(service, observed))
+    config_map["data"] |= rollout.configs
+    objects: list[Manifest] = [config_map, children.metrics_service(service)]
     if observed.service_monitor_crd:
         objects.append(children.service_monitor(service))
     if settings.network_policy:
         objects.append(children.network_policy(service, settings, kv_transfer(service, observed)))
-    templates: list[object] = []
-    pods = sum(assignment.replicas for assignment in assignments.values())
+    pods = sum(track.assignment.replicas for track in rollout.tracks)
     spec = service.spec
     pods += observed.retiring(pools)
     extra = surge(pods, len(pools), spec.runtime.gpu.count, spec.autoscaling.gpu_budget)
-    for pool, assignment in assignments.items():
-        deployment = children.deployment(service, pool, assignment.replicas, settings, extra)
-        templates.append(deployment["spec"]["template"])
-        objects += [
-            deployment,
-            children.pool_service(service, pool),
-            children.disruption_budget(service, pool),
-        ]
+    objects += rollout.children(service, settings, extra)
 
     pruning = prune(
-        service, observed, wanted={child_key(o) for o in objects},
+        service, observed, wanted={child_key(o) for o in objects} | rollout.keep,
         replacements_serve=not failures and replacements_serve(pools, observed), now=now,
         drain_seconds=settings.drain_seconds,
     )  # fmt: skip
     refused = {(failure.kind, failure.name) for failure in failures}
     deletions = [c for c in pruning.deletions if (c.kind, c.name) not in refused]
 
-    events: list[Event] = []
+    events: list[Event] = [Event(e.reason, e.message, e.warning) for e in rollout.events]
     drain = settings.drain_seconds
     for pool, assignment in assignments.items():
         if assignment.promoted:
@@ -148,7 +139,11 @@ def desired(
         service, observed, pools, assignments, now, failures=failures, pruning=pruning,
         endpoint=published,
     )  # fmt: skip
-    events += condition_events(observed, now_conditions)
+    now_conditions = rollout_conditions(
+        rollout, now_conditions, observed.conditions, now, service.metadata.get("generation")
+    )
+    said = {event.reason for event in events}
+    events += [e for e in condition_events(observed, now_conditions) if e.reason not in said]
 
     # A merge patch keeps keys it does not name: a pool the spec dropped is removed by null.
     pool_status: dict[str, object] = dict.fromkeys(L.POOLS)
@@ -165,13 +160,12 @@ def desired(
         f"{pool} {assignment.serving}/{pools[pool].active}"
         for pool, assignment in assignments.items()
     )
-    revision = hashlib.sha256(json.dumps(templates, sort_keys=True).encode()).hexdigest()[:10]
     status: dict[str, object] = {
         "observedGeneration": service.metadata.get("generation"),
         "pools": pool_status,
-        "serving": serving,
+        "serving": serving + rollout.serving(),
         "endpoint": published,
-        "revision": revision,
+        **rollout.status(),
         "conditions": [condition.to_wire() for condition in now_conditions],
     }
     settling = any(
@@ -186,13 +180,10 @@ def desired(
         for pool, assignment in assignments.items()
     )
     removing = pruning.draining or pruning.waiting or pruning.removed
-    requeue = 2.0 if settling or draining or removing else None
-    pod_changes = tuple(
-        change
-        for assignment in (*assignments.values(), *pruning.draining.values())
-        for change in assignment.changes
-    )
-    return Plan(tuple(objects), tuple(deletions), pod_changes, status, tuple(events), requeue)
+    requeue = rollout.requeue(2.0 if settling or draining or removing else None)
+    pod_changes = rollout.pod_changes(tuple(pruning.draining.values()))
+    return Plan(tuple(objects), tuple(deletions), pod_changes, status, tuple(events), requeue,
+                rollout)  # fmt: skip
 
 
 def retiring_configs(service: InferenceService, observed: Observed) -> dict[str, str]:

@@ -28,6 +28,8 @@ class PodChange:
     serving: bool
     demoted_at: datetime | None
     deletion_cost: int
+    serving_value: str = "true"
+    """`llmfleet.dev/serving` while serving: "true" (the pool Service) or "canary"."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,16 @@ def draining(pod: ObservedPod, now: datetime, drain_seconds: float) -> bool:
 
 
 def assign(
-    pods: list[ObservedPod], active: int, spares: int, now: datetime, drain_seconds: float
+    pods: list[ObservedPod],
+    active: int,
+    spares: int,
+    now: datetime,
+    drain_seconds: float,
+    *,
+    serving_value: str = "true",
 ) -> PoolAssignment:
-    """Decide serving/spare for every (non-terminating) pod of one pool."""
+    """Decide serving/spare for every (non-terminating) pod of one pool (or of one revision's
+    Deployment of it: a canary's pods serve as `serving_value` "canary")."""
     by_age = sorted(pods, key=lambda pod: (pod.created, pod.name))
     serving_ready = [pod for pod in by_age if pod.serving and pod.ready]
     keep = serving_ready[:active]
@@ -79,16 +88,17 @@ def assign(
     still_draining = 0
     for pod in by_age:
         if pod.name in serving_names:
-            wanted = PodChange(pod.name, True, None, COST_SERVING)
+            wanted = PodChange(pod.name, True, None, COST_SERVING, serving_value)
         elif pod.name in demoted_names:
-            wanted = PodChange(pod.name, False, now, COST_DRAINING)
+            wanted = PodChange(pod.name, False, now, COST_DRAINING, serving_value)
             still_draining += 1
         elif draining(pod, now, drain_seconds):
-            wanted = PodChange(pod.name, False, pod.demoted_at, COST_DRAINING)
+            wanted = PodChange(pod.name, False, pod.demoted_at, COST_DRAINING, serving_value)
             still_draining += 1
         else:
-            wanted = PodChange(pod.name, False, None, COST_SPARE)
-        current = PodChange(pod.name, pod.serving, pod.demoted_at, pod.deletion_cost or 0)
+            wanted = PodChange(pod.name, False, None, COST_SPARE, serving_value)
+        value = pod.serving_value if pod.serving else serving_value
+        current = PodChange(pod.name, pod.serving, pod.demoted_at, pod.deletion_cost or 0, value)
         if wanted != current:
             changes.append(wanted)
 

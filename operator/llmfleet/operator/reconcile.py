@@ -7,6 +7,7 @@ server-side applies, status is written last).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -14,15 +15,20 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
+from typing import Protocol
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from llmfleet.crds import InferenceService
+from llmfleet.core.loopback import LoopbackGuard
+from llmfleet.crds import InferenceService, InferenceServiceSpec
+from llmfleet.operator.analyst import PrometheusAnalyst
 from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.kube import Kube, refusal
 from llmfleet.operator.metrics import OperatorMetrics
+from llmfleet.operator.observed import Observed
 from llmfleet.operator.plan import Plan, desired
+from llmfleet.operator.rollout import Analysis, Verdict, active, analysis_due
 from llmfleet.operator.settings import OperatorSettings
 
 Clock = Callable[[], datetime]
@@ -31,6 +37,36 @@ log = logging.getLogger("llmfleet.operator")
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class Analyst(Protocol):
+    """Compares a canary with the stable revision (`analyst.PrometheusAnalyst`)."""
+
+    def analyse(
+        self, spec: InferenceServiceSpec, namespace: str, service: str, canary: str
+    ) -> Analysis: ...
+
+
+class NoPrometheus:
+    """The analyst when no Prometheus URL is set: every analysis is unavailable, so a canary
+    holds at its step and says why."""
+
+    def analyse(
+        self, spec: InferenceServiceSpec, namespace: str, service: str, canary: str
+    ) -> Analysis:
+        return Analysis(Verdict.UNAVAILABLE, "no Prometheus to ask: set "
+                        "LLMFLEET_OPERATOR_PROMETHEUS_URL (or promote by annotation)")  # fmt: skip
+
+
+def analyst_from(settings: OperatorSettings, metrics: OperatorMetrics) -> Analyst:
+    if not settings.prometheus_url:
+        return NoPrometheus()
+    guard = LoopbackGuard(
+        settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc(), log
+    )
+    return PrometheusAnalyst(
+        settings.prometheus_url, timeout_s=settings.analysis_timeout_seconds, guard=guard
+    )
 
 
 class Gone(Exception):
@@ -44,11 +80,13 @@ class Reconciler:
         settings: OperatorSettings,
         metrics: OperatorMetrics | None = None,
         clock: Clock = utc_now,
+        analyst: Analyst | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics or OperatorMetrics()
         self.clock = clock
+        self.analyst = analyst or analyst_from(settings, self.metrics)
         self.backoff = Backoff(settings.retry_seconds, settings.retry_max_seconds)
         # Passes of one service never overlap (one loop each), but different services' passes
         # run in parallel threads: the back-off table is shared.
@@ -88,7 +126,8 @@ class Reconciler:
             service = InferenceService.model_validate(
                 {
                     "metadata": {
-                        key: metadata.get(key) for key in ("name", "namespace", "uid", "generation")
+                        key: metadata.get(key)
+                        for key in ("name", "namespace", "uid", "generation", "annotations")
                     },
                     "spec": body.get("spec", {}),
                 }
@@ -121,6 +160,7 @@ class Reconciler:
         pools = service.spec.pools()
         observed = self.kube.observe(namespace, name, body.get("status") or {}, pools)
         now = self.clock()
+        observed = self._with_analysis(service, observed, now)
         plan = desired(service, observed, self.settings, now)
         failures = self._apply(namespace, name, plan)
         if failures:
@@ -149,10 +189,45 @@ class Reconciler:
                             namespace, name, event.reason, error.status, error.reason)  # fmt: skip
                 self.metrics.events_failed.labels(namespace, name, event.reason).inc()
         self.kube.write_status(namespace, name, plan.status)
+        self._rollout_said(namespace, name, plan, observed)
         with self._backoff_lock:
             retry = self.backoff.next_try((namespace, name), self.clock().timestamp())
         waits = [wait for wait in (plan.requeue_after, retry) if wait is not None]
         return min(waits, default=None), bool(failures)
+
+    def _with_analysis(
+        self, service: InferenceService, observed: Observed, now: datetime
+    ) -> Observed:
+        """`observed` with a canary analysis when one is due (the one read of Prometheus)."""
+        canary = observed.canary
+        if canary is None or not analysis_due(canary, service.spec.rollout, now):
+            return observed
+        meta = service.metadata
+        analysis = self.analyst.analyse(service.spec, meta["namespace"], meta["name"],
+                                        canary.revision)  # fmt: skip
+        return dataclasses.replace(observed, analysis=analysis)
+
+    def _rollout_said(self, namespace: str, name: str, plan: Plan, observed: Observed) -> None:
+        """One log line per verdict with its figures, and the rollout's metrics."""
+        rollout = plan.rollout
+        if rollout is None:
+            return
+        decision = rollout.decision
+        canary = decision.canary
+        analysis = observed.analysis
+        if analysis is not None and observed.canary is not None:
+            before = observed.canary
+            log.info("%s/%s canary %s step %d (weight %d%%): %s: %s", namespace, name,
+                     before.revision, before.step + 1, before.weight, analysis.verdict.value,
+                     analysis.failed or analysis.summary)  # fmt: skip
+            self.metrics.canary_verdicts.labels(namespace, name, analysis.verdict.value).inc()
+        if decision.steps_advanced:
+            self.metrics.canary_steps.labels(namespace, name).inc(decision.steps_advanced)
+        if decision.rolled_back:
+            reason = decision.events[-1].reason if decision.events else "CanaryRolledBack"
+            self.metrics.canary_rollbacks.labels(namespace, name, reason).inc()
+        weight = canary.weight if canary is not None and active(canary) else 0
+        self.metrics.canary_weight.labels(namespace, name).set(weight)
 
     def _apply(self, namespace: str, name: str, plan: Plan) -> list[ChildFailure]:
         """Apply every child the API server has not refused lately; the refusals, fresh and

@@ -49,17 +49,26 @@ WAIT_FOR_PODS_SECONDS = 2.0
 """How soon to look again while the canary's pods start (as the operator does for pools)."""
 
 
-def stable_spec(spec: InferenceServiceSpec, default_image: str) -> StableSpec:
-    """What makes the pods of the spec's revision: its model and runtime, the image resolved
-    (a new default image is a new revision too)."""
-    runtime = spec.runtime.model_copy(update={"image": spec.runtime.image or default_image})
-    return StableSpec(model=spec.model, runtime=runtime)
+def stable_spec(
+    spec: InferenceServiceSpec, default_image: str, deployment_revision: str = ""
+) -> StableSpec:
+    """What makes the pods of the spec's revision: its model and runtime as the spec says them,
+    and the image they run (a new default image is a new revision too)."""
+    return StableSpec(
+        model=spec.model,
+        runtime=spec.runtime,
+        image=spec.runtime.image or default_image,
+        deployment_revision=deployment_revision,
+    )
 
 
 def revision(made_of: StableSpec) -> str:
-    """Ten hex digits of a hash of the model and runtime (defaults written out, so a spec that
-    spells a default and one that leaves it out are the same revision)."""
-    text = json.dumps(made_of.to_wire(), sort_keys=True, separators=(",", ":"))
+    """Ten hex digits of a hash of the model, the runtime and the image (defaults written out,
+    so a spec that spells a default and one that leaves it out are the same revision)."""
+    wire = made_of.to_wire()
+    parts = {key: wire.get(key) for key in ("model", "runtime", "image")}
+    parts["runtime"] = {k: v for k, v in wire["runtime"].items() if k != "image"}
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -228,7 +237,7 @@ def _rolled_back(
         **(
             {"verdict": analysis.verdict.value, "last_analysis": analysis.summary,
              "last_analysis_time": _stamp(i.now)}
-            if analysis is not None else {}
+            if analysis is not None else {"verdict": ""}
         ),
     )  # fmt: skip
     event = Event(reason, message, warning=True)

@@ -67,3 +67,8 @@ class OperatorSettings(LoopbackSettings):
         default={"app.kubernetes.io/name": "prometheus"}, min_length=1
     )
     """Labels of the Prometheus pods (all must match; JSON in the environment)."""
+    prometheus_url: str = ""
+    """Prometheus the canary analysis asks (the engines' and the gateway's metrics, labelled
+    by revision); empty: a canary never gets a verdict and holds at its step, saying so."""
+    analysis_timeout_seconds: float = Field(default=5.0, gt=0)
+    """How long one canary analysis may wait for Prometheus before it counts as unavailable."""
