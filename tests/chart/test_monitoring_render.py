@@ -53,8 +53,15 @@ def test_the_gateway_is_scraped_on_its_admin_port_once_it_has_one() -> None:
     docs = render({"gateway.settings": {"host": "0.0.0.0", "adminPort": 9100}})
     (monitor,) = helm.find(docs, "PodMonitor", "t-llmfleet-gateway")
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert endpoint["targetPort"] == 9100
-    assert "port" not in endpoint
+    assert endpoint["port"] == "admin"
+    container = helm.deployment(docs, "gateway")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "admin", "containerPort": 9100, "protocol": "TCP"} in container["ports"]
+
+
+def test_monitor_labels_for_the_prometheus_selector() -> None:
+    docs = render({"monitoring.serviceMonitors.labels": {"release": "kube-prometheus-stack"}})
+    for monitor in helm.find(docs, "PodMonitor"):
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
 def test_components_without_metrics_get_no_monitor() -> None:
