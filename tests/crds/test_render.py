@@ -108,5 +108,5 @@ def test_printer_columns_and_status_subresource() -> None:
     version = render.crd()["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert columns[:5] == ["Mode", "Ready", "Serving", "Endpoint", "Age"]
+    assert columns[:6] == ["Mode", "Ready", "Serving", "Canary", "Endpoint", "Age"]
     assert render.crd()["spec"]["names"]["shortNames"] == ["llmsvc"]
