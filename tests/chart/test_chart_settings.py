@@ -24,6 +24,7 @@ TYPED: dict[str, dict[str, tuple[str, Any]]] = {
         "namespaces": ("watchNamespaces", ["models-a", "models-b"]),
         "metrics_port": ("operator.metricsPort", 9181),
         "gateway_url": ("operator.gatewayUrl", "https://llm.example.com"),
+        "prometheus_url": ("operator.prometheusUrl", "http://prometheus.example:9090"),
         "loopback_only": ("loopbackOnly", True),
     },
     "autoscaler": {
@@ -175,6 +176,8 @@ REFUSED = [
     ("typed-operator-port", {"operator.settings": {"metricsPort": 1}},
      "operator.settings.metricsPort: the chart sets this one; use operator.metricsPort"),
     ("typed-namespaces", {"operator.settings": {"namespaces": ["a"]}}, "use watchNamespaces"),
+    ("typed-prometheus", {"operator.settings": {"prometheusUrl": "x"}},
+     "use operator.prometheusUrl"),
     ("typed-keys", {"gateway.settings": {"apiKeysSecret": "a/b"}}, "use gateway.apiKeys"),
     ("typed-loopback", {"autoscaler.settings": {"loopbackOnly": True}}, "use loopbackOnly"),
     ("computed-gateway-namespace", {"operator.settings": {"gatewayNamespace": "x"}},
@@ -226,3 +229,17 @@ def test_capacity_profiles_are_mounted_where_the_autoscaler_reads_them(environ: 
     assert str(settings.profiles_dir) == mounts["profiles"]["mountPath"]
     assert mounts["profiles"]["readOnly"] is True
     assert volumes["profiles"]["configMap"]["name"] == "capacity-profiles"
+
+
+@pytest.mark.parametrize(
+    ("values", "url"),
+    [({}, "http://prometheus-operated.monitoring.svc:9090"),
+     ({"autoscaler.prometheusUrl": "http://a:9090"}, "http://a:9090"),
+     ({"operator.prometheusUrl": "http://o:9090"}, "http://o:9090")],
+    ids=["default", "the-autoscalers", "its-own"],
+)  # fmt: skip
+def test_canary_analysis_asks_the_autoscalers_prometheus_unless_told(
+    values: dict[str, Any], url: str
+) -> None:
+    env = helm.container_env(helm.template(values), "operator")
+    assert env["LLMFLEET_OPERATOR_PROMETHEUS_URL"] == url
