@@ -243,6 +243,8 @@ class Load:
     done: list[tuple[float, int, int]] = field(default_factory=list)
     """(finished at, prompt tokens, completion tokens) per request."""
     stop: threading.Event = field(default_factory=threading.Event)
+    read_at: float = 0.0
+    """When the test read the signals (monotonic), for the window it compares with."""
 
     def _work(self, index: int) -> None:
         with httpx.Client(timeout=30) as client:

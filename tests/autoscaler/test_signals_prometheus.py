@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llmfleet.autoscaler.goodput import Round, over
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.autoscaler.signals import PoolKey, PrometheusSignals, SignalsUnavailable
 from tests.autoscaler.prom import PROMPT, Engine, EngineSpec, Load, Prometheus, Target, engines
@@ -126,6 +127,75 @@ def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
     assert (idle_after.running, idle_after.waiting, idle_after.kv_cache_usage) == (0, 0, 0)
     assert (idle_after.ttft_p95_ms, idle_after.itl_p95_ms) == (None, None)
     assert idle_after.invalid() == ""
+
+
+# (histogram, latency s, rounding, share over): the simulator's TTFT is 100 ms and its token
+# gap 25 ms, exactly, so each reading is all or nothing; 90 and 20 ms are no bucket boundary.
+GOODPUT = [
+    pytest.param("ttft", 0.1, Round.UP, 0.0, id="ttft-at-its-boundary-none-over"),
+    pytest.param("ttft", 0.08, Round.UP, 1.0, id="ttft-boundary-below-all-over"),
+    pytest.param("ttft", 0.09, Round.UP, 0.0, id="ttft-misses-read-at-the-next-boundary"),
+    pytest.param("ttft", 0.09, Round.DOWN, 1.0, id="ttft-comfort-read-at-the-previous-one"),
+    pytest.param("itl", 0.025, Round.UP, 0.0, id="itl-at-its-boundary-none-over"),
+    pytest.param("itl", 0.02, Round.UP, 0.0, id="itl-misses-read-at-the-next-boundary"),
+    pytest.param("itl", 0.02, Round.DOWN, 1.0, id="itl-comfort-read-at-the-previous-one"),
+    pytest.param("itl", 0.01, Round.UP, 1.0, id="itl-boundary-below-all-over"),
+]
+
+
+@pytest.fixture(scope="module")
+def goodput_load(
+    prometheus_binary: Path, sim_binary: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[PoolSignals, Load]:
+    """Two unified engines under load for a rate window, read once after the last scrape."""
+    directory = tmp_path_factory.mktemp("goodput")
+    unified = EngineSpec("ns", "chat", "unified", LATENCY)
+    with (
+        Prometheus(prometheus_binary, directory) as prometheus,
+        engines(sim_binary, unified, unified) as started,
+    ):
+        prometheus.set_targets(started)
+        prometheus.wait_scraped(started)
+        signals = PrometheusSignals(prometheus.url, rate_window=f"{WINDOW_S}s")
+        load = Load(started)
+        with load.running():
+            time.sleep(WINDOW_S)
+        time.sleep(1.5)  # one more scrape after the last request
+        found = signals.read("ns", "chat", ["unified"]).get("unified")
+    assert found is not None
+    load.read_at = time.monotonic()
+    return found, load
+
+
+@pytest.mark.parametrize(("which", "latency_s", "rounding", "share"), GOODPUT)
+def test_goodput_from_a_real_prometheus(
+    goodput_load: tuple[PoolSignals, Load],
+    which: str,
+    latency_s: float,
+    rounding: Round,
+    share: float,
+) -> None:
+    found, _ = goodput_load
+    histogram = found.ttft_histogram if which == "ttft" else found.itl_histogram
+    assert histogram is not None
+    late = over(histogram, latency_s, rounding)
+    assert late.total > 0
+    assert late.share == pytest.approx(share)
+
+
+def test_goodput_counts_each_request_once(goodput_load: tuple[PoolSignals, Load]) -> None:
+    found, load = goodput_load
+    assert found.ttft_histogram is not None
+    assert found.itl_histogram is not None
+    assert found.invalid() == ""
+    # Every request of the window has one TTFT; the simulator's ITL histogram counts token gaps
+    # (it exports no per-request one, so the fallback is read, and only one of its two names:
+    # both carry the same gaps, and two would count each twice).
+    # Prometheus' newest sample is up to a scrape (1 s) behind the read.
+    window = load.rate(load.read_at - WINDOW_S - 1, load.read_at - 1) * WINDOW_S
+    assert found.ttft_histogram.total == pytest.approx(window, rel=0.4)
+    gaps = sum(out - 1 for _, _, out in load.done) / len(load.done)
+    assert found.itl_histogram.total == pytest.approx(found.ttft_histogram.total * gaps, rel=0.3)
 
 
 class _Dcgm(BaseHTTPRequestHandler):

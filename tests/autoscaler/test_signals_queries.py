@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from llmfleet.autoscaler.goodput import LatencyHistogram
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.autoscaler.signals import (
     PoolKey,
@@ -82,6 +83,26 @@ QUERIES = signal_queries(
             f"(rate(vllm:time_per_output_token_seconds_bucket{{{M}}}[30s])))) * 1000",
         ),
         ("preemption_rate", f"sum by ({BY}) (rate(vllm:num_preemptions_total{{{M}}}[30s]))"),
+        (
+            "ttft_buckets",
+            f"sum by ({BY}, le) (increase(vllm:time_to_first_token_seconds_bucket{{{M}}}[30s]))",
+        ),
+        (
+            # Per request where exported, else the token-gap histograms, never two mixed.
+            "itl_buckets",
+            f"sum by ({BY}, le) (increase("
+            f"vllm:request_time_per_output_token_seconds_bucket{{{M}}}[30s]))"
+            f" or (sum by ({BY}, le) (increase("
+            f"vllm:inter_token_latency_seconds_bucket{{{M}}}[30s]))"
+            f" unless on ({BY}) (sum by ({BY}, le) (increase("
+            f"vllm:request_time_per_output_token_seconds_bucket{{{M}}}[30s]))))"
+            f" or (sum by ({BY}, le) (increase("
+            f"vllm:time_per_output_token_seconds_bucket{{{M}}}[30s]))"
+            f" unless on ({BY}) (sum by ({BY}, le) (increase("
+            f"vllm:request_time_per_output_token_seconds_bucket{{{M}}}[30s]))"
+            f" or sum by ({BY}, le) (increase("
+            f"vllm:inter_token_latency_seconds_bucket{{{M}}}[30s]))))",
+        ),
     ],
 )
 def test_signal_queries(signal: str, expected: str) -> None:
@@ -103,7 +124,7 @@ def test_gpu_utilisation_joins_dcgm_on_the_pod() -> None:
 
 def test_one_combined_query_tags_every_signal() -> None:
     combined = combined_query(QUERIES)
-    assert combined.count("label_replace(") == len(QUERIES) == 13
+    assert combined.count("label_replace(") == len(QUERIES) == 15
     assert combined.count("\nor\n") == len(QUERIES) - 1
     assert (
         "label_replace(sum by (namespace, llmfleet_dev_service, llmfleet_dev_pool) (rate("
@@ -179,6 +200,29 @@ def test_parse(samples: list[dict[str, Any]], expected: dict[str, PoolSignals]) 
     assert parse(samples) == {
         PoolKey("ns", "chat", pool): value for pool, value in expected.items()
     }
+
+
+def bucket(signal: str, le: str, value: str) -> dict[str, Any]:
+    found = sample("decode", signal, value)
+    found["metric"]["le"] = le
+    return found
+
+
+def test_parse_builds_histograms_from_buckets_in_any_order() -> None:
+    parsed = parse(
+        [
+            sample("decode", "observed_at", str(T)),
+            bucket("ttft_buckets", "+Inf", "10"),
+            bucket("ttft_buckets", "0.1", "4"),
+            bucket("ttft_buckets", "2.5", "9.5"),
+            bucket("itl_buckets", "0.025", "3"),
+            # An answer cut short of the +Inf bucket cannot say how many requests there were.
+            bucket("itl_buckets", "0.05", "3"),
+        ]
+    )[PoolKey("ns", "chat", "decode")]
+    assert parsed.ttft_histogram == LatencyHistogram((0.1, 2.5, math.inf), (4.0, 9.5, 10.0))
+    assert parsed.itl_histogram is None
+    assert parsed.invalid() == ""
 
 
 def test_parse_keeps_services_apart() -> None:

@@ -136,34 +136,47 @@ def concurrency_at_itl(capacity: ReplicaCapacity, itl_target_ms: float | None) -
     return max(1.0, min(result, capacity.max_concurrency))
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What one latency target says about the capacity model: target / observed latency at the
+    SLO's percentile, < 1 for a miss (`policy._evidence` builds it from goodput or a p95)."""
+
+    cut: float
+    """The ratio a cut may use: from the share's lower confidence bound for goodput (a miss only
+    when the evidence is beyond chance), the p95's own ratio otherwise; >= 1 when met."""
+    comfortable: bool
+    """Latency at the SLO's percentile is comfortably below the target (recovery may go on)."""
+    source: str
+    """How it was measured, for the reason string (`goodput 2.1% over 1.0%`, `p95 900 ms`)."""
+
+
 def learn(
     correction: float,
-    latencies: list[tuple[float | None, float | None]],
+    evidence: list[Evidence],
     *,
     elapsed_s: float,
     floor: float,
-    comfortable: float,
     recovery_s: float,
 ) -> float:
-    """The next correction factor from (observed p95, target) pairs, `elapsed_s` after the last.
+    """The next correction factor from each target's evidence, `elapsed_s` after the last.
 
-    - a missed target cuts the factor by the worst target/observed (never below `floor`);
-    - every observation below `comfortable` x its target lets the factor recover towards 1.0
-      with time constant `recovery_s`;
+    - a missed target (cut ratio below 1) cuts the factor by the worst ratio (never below
+      `floor`);
+    - every target comfortably met (latency below `PolicyConfig.comfortable_latency` x its
+      target) lets the factor recover towards 1.0 with time constant `recovery_s`;
     - in between it holds: a pool near its target is sized right, and recovering there would
       only shrink it until it misses again (the sawtooth of a controller without a deadband);
-    - unchanged when no pair has both figures.
+    - unchanged without evidence.
 
     NOTE: a pool that misses its target because it is short of replicas also lowers the
     factor, so it over-provisions for a while; the floor bounds that, and the recovery undoes
     it once latency is comfortably met.
     """
-    known = [(o, t) for o, t in latencies if o is not None and t is not None]
-    if not known:
+    if not evidence:
         return correction
-    missed = [t / o for o, t in known if o > t]
+    missed = [e.cut for e in evidence if e.cut < 1.0]
     if missed:
         return max(floor, correction * min(missed))
-    if all(o <= comfortable * t for o, t in known):
+    if all(e.comfortable for e in evidence):
         return correction + (1.0 - correction) * (1.0 - math.exp(-elapsed_s / recovery_s))
     return correction

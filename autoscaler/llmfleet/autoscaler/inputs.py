@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from llmfleet.autoscaler.goodput import LatencyHistogram
 from llmfleet.core.capacity_profile import CapacityProfile
 from llmfleet.crds.inference_service import InferenceServiceSpec
 
@@ -45,6 +46,9 @@ class PolicyConfig:
     it and the target the correction holds."""
     correction_recovery_s: float = 600.0
     """Time constant of the correction's recovery towards 1.0 while latency is comfortable."""
+    goodput_z: float = 1.645
+    """One-sided z of the Wilson bound a goodput share must clear before it cuts the correction
+    (1.645: 95% confidence that more than the allowed share missed; `goodput.py`)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,12 @@ class PoolSignals:
     """The highest prompt-token rate over short sub-windows of the rate window (None when not
     measured): traffic that arrives in bursts of seconds needs prefill for the bursts, which
     the window's mean hides."""
+    ttft_histogram: LatencyHistogram | None = None
+    """Requests of the rate window by TTFT (seconds, cumulative buckets); None when not
+    exported. The goodput the correction learns from (`goodput.py`)."""
+    itl_histogram: LatencyHistogram | None = None
+    """Requests of the rate window by their mean inter-token latency (seconds), or token gaps
+    where the engine exports no per-request histogram (`signals.py`); None when not exported."""
 
     def invalid(self) -> str:
         """The fields that are no number a load can have (NaN from a quantile over no samples,
@@ -93,11 +103,16 @@ class PoolSignals:
             "gpu_utilization": self.gpu_utilization,
             "peak_prompt_tokens_rate": self.peak_prompt_tokens_rate,
         }
-        return ", ".join(
+        bad = [
             f"{name} = {value}"
             for name, value in values.items()
             if value is not None and not (math.isfinite(value) and value >= 0)
-        )
+        ]
+        for name, histogram in (("ttft", self.ttft_histogram), ("itl", self.itl_histogram)):
+            why = histogram.invalid() if histogram is not None else ""
+            if why:
+                bad.append(f"{name}_histogram {why}")
+        return ", ".join(bad)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ its own: production, the simulator and the tests run the same code at the times 
 
 Per pool, in order:
 1. fail-static: signals missing, or older than `stale_after_s`: keep the current counts;
-2. forecast the request rate (`forecast`), learn the capacity correction from observed latency
+2. forecast the request rate (`forecast`), learn the capacity correction from the goodput (the
+   share of requests over each target, `goodput`), or the p95 where no histogram is exported
    (frozen while pods are starting: their latency has not caught up yet);
 3. size the pool (`sizing`), clamp to min/max replicas (minReplicas 1 when unset);
 4. up at once, unless Pending pods cannot be scheduled (then hold: more would pend too);
@@ -21,9 +22,10 @@ from dataclasses import replace
 from datetime import datetime
 
 from llmfleet.autoscaler.budget import Wish, fit
-from llmfleet.autoscaler.capacity import default_capacity, learn, profiled_capacity
+from llmfleet.autoscaler.capacity import Evidence, default_capacity, learn, profiled_capacity
 from llmfleet.autoscaler.decision import Decision, PoolDecision
 from llmfleet.autoscaler.forecast import Forecast, forecast
+from llmfleet.autoscaler.goodput import LatencyHistogram, Round, implied_ratio, over, wilson_lower
 from llmfleet.autoscaler.inputs import (
     PolicyConfig,
     PolicyState,
@@ -129,16 +131,16 @@ def _pool(
     # NOTE: learn once per new sample (the policy runs more often than Prometheus scrapes, and
     # one slow p95 must not cut the estimate again on every call), and not while pods start:
     # their latency has not caught up yet.
+    evidence = _evidence(name, signals, spec, config)
     if fresh and pods.starting == 0:
         elapsed = 0.0
         if state.updated_at is not None:
             elapsed = (signals.observed_at - state.updated_at).total_seconds()
         correction = learn(
             state.correction,
-            _latencies(name, signals, spec),
+            evidence,
             elapsed_s=elapsed,
             floor=config.min_correction,
-            comfortable=config.comfortable_latency,
             recovery_s=config.correction_recovery_s,
         )
     need = _need(name, pool, spec=spec, predicted=predicted, correction=correction, config=config)
@@ -152,6 +154,8 @@ def _pool(
             f"; burst: request rate {predicted.short_rate:.1f}/s short-term vs "
             f"{predicted.long_rate:.1f}/s long-term, forecast {predicted.rate:.1f}/s"
         )
+    if evidence:
+        why += f"; latency {', '.join(e.source for e in evidence)}"
     if need.replicas > maximum:
         why += f"; capped at maxReplicas {maximum}"
     elif need.replicas < minimum:
@@ -191,20 +195,41 @@ def _pool(
     return replace(decision, spares=spares, reason=reason), False, next_state
 
 
-def _latencies(
-    name: str, signals: PoolSignals, spec: InferenceServiceSpec
-) -> list[tuple[float | None, float | None]]:
-    """(observed p95, target) pairs the pool answers for: TTFT for prefill, ITL for decode.
+def _evidence(
+    name: str, signals: PoolSignals, spec: InferenceServiceSpec, config: PolicyConfig
+) -> list[Evidence]:
+    """What the latency targets the pool answers for (TTFT for prefill, ITL for decode) say
+    about the capacity model.
 
-    The p95 even when the SLO's percentile is higher (`PolicyConfig.latency_quantile`): that
-    higher percentile is the sizing model's to plan for, and the correction learns only from
-    the steadier evidence that the model is wrong (a minute's p99 is a handful of requests: one
-    huge prompt moves it, and more replicas would not bring it down)."""
-    result: list[tuple[float | None, float | None]] = []
+    Goodput first: the share of the window's requests over the target, against the share the
+    SLO's percentile allows (`PolicyConfig.latency_quantile`), from the histogram's buckets
+    (`goodput.py`): every request counts once, and a cut needs evidence beyond chance. Without
+    a histogram (or with no request in the window) the observed p95 against the target, the
+    steadier of the quantiles a minute gives (a minute's p99 is a handful of requests)."""
+    result: list[Evidence] = []
+    targets: list[tuple[float | None, LatencyHistogram | None, float | None]] = []
     if name in _PREFILL_ROLES:
-        result.append((signals.ttft_p95_ms, spec.slo.ttft_p95_ms))
+        targets.append((spec.slo.ttft_p95_ms, signals.ttft_histogram, signals.ttft_p95_ms))
     if name in _DECODE_ROLES:
-        result.append((signals.itl_p95_ms, spec.slo.itl_p95_ms))
+        targets.append((spec.slo.itl_p95_ms, signals.itl_histogram, signals.itl_p95_ms))
+    allowed = 1.0 - config.latency_quantile
+    for target, histogram, p95 in targets:
+        if target is None:
+            continue
+        if histogram is not None and histogram.total > 0:
+            # Misses at the next bucket boundary, comfort at the previous one (`goodput.py`).
+            late = over(histogram, target / 1000.0, Round.UP)
+            cut = implied_ratio(wilson_lower(late, config.goodput_z), allowed)
+            relaxed = over(histogram, config.comfortable_latency * target / 1000.0, Round.DOWN)
+            comfortable = relaxed.bound_s > 0 and relaxed.share <= allowed
+            source = (
+                f"goodput {late.share:.1%} of {late.total:.0f} over {1000 * late.bound_s:g} ms "
+                f"(allowed {allowed:.0%})"
+            )
+            result.append(Evidence(cut, comfortable, source))
+        elif p95 is not None and p95 > 0:
+            comfortable = p95 <= config.comfortable_latency * target
+            result.append(Evidence(target / p95, comfortable, f"p95 {p95:.0f} ms"))
     return result
 
 

@@ -38,6 +38,16 @@ Meaning of each field, and what absence means (`PoolSignals` documents units):
   `vllm:time_per_output_token_seconds`, vLLM's name before 0.10), in ms. The quantile is
   interpolated inside a bucket: its resolution is the bucket's width. None when no request was
   measured within `rate_window` (PromQL's NaN);
+- `ttft_histogram`, `itl_histogram`: the goodput's raw material, each bucket's `increase()` over
+  `rate_window` summed by `le` over the pool's pods (the combined answer carries `le`; `parse`
+  builds a `goodput.LatencyHistogram`, and the policy takes the share over the service's own
+  target from it, so one query serves every SLO). TTFT from `vllm:time_to_first_token_seconds`.
+  ITL per request from `vllm:request_time_per_output_token_seconds` (each request's mean gap, the
+  figure the SLO's ITL attainment is over); an engine without it (llm-d-inference-sim, vLLM
+  before 0.9) falls back to the token-gap histograms `vllm:inter_token_latency_seconds` or
+  `vllm:time_per_output_token_seconds`, where the share is of token gaps, not requests. Each
+  fallback is taken only for the pools the preferred one has no series for (`unless on`), so
+  bucket bounds of two histograms never mix. None when no series exists;
 - `preemption_rate`: `rate()` of `vllm:num_preemptions_total`; None when not exported (the
   simulator does not);
 - `gpu_utilization`: mean `DCGM_FI_DEV_GPU_UTIL` / 100 over the pool's GPUs, joined on
@@ -68,6 +78,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from llmfleet.autoscaler.goodput import LatencyHistogram
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.core.loopback import LoopbackGuard
 
@@ -79,6 +90,8 @@ SIGNAL_LABEL = "llmfleet_signal"
 """Added to each signal's result to tell them apart in the combined answer."""
 
 _BY = f"{NAMESPACE_LABEL}, {SERVICE_LABEL}, {POOL_LABEL}"
+_HISTOGRAMS = {"ttft_buckets": "ttft_histogram", "itl_buckets": "itl_histogram"}
+"""Signals whose samples are buckets (one per `le`) -> the PoolSignals field they make."""
 _DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 
 
@@ -149,6 +162,17 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
         buckets = f"rate({histogram}_bucket{{{match}}}[{w}])"
         return f"histogram_quantile({q}, sum by ({_BY}, le) ({buckets}))"
 
+    def buckets(histogram: str) -> str:
+        return f"sum by ({_BY}, le) (increase({histogram}_bucket{{{match}}}[{w}]))"
+
+    def first_of(*histograms: str) -> str:
+        """The first histogram a pool has, per pool (never two histograms' buckets mixed)."""
+        parts = [buckets(histograms[0])]
+        for i, histogram in enumerate(histograms[1:], start=1):
+            earlier = " or ".join(buckets(h) for h in histograms[:i])
+            parts.append(f"({buckets(histogram)} unless on ({_BY}) ({earlier}))")
+        return " or ".join(parts)
+
     def per_pod(metric: str) -> str:
         return f"sum by ({_BY}, instance) ({metric}{{{match}}})"
 
@@ -181,6 +205,12 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
             f" or {p('vllm:time_per_output_token_seconds')}) * 1000"
         ),
         "preemption_rate": rate("vllm:num_preemptions_total"),
+        "ttft_buckets": buckets("vllm:time_to_first_token_seconds"),
+        "itl_buckets": first_of(
+            "vllm:request_time_per_output_token_seconds",
+            "vllm:inter_token_latency_seconds",
+            "vllm:time_per_output_token_seconds",
+        ),
         "gpu_utilization": (
             f"avg by ({_BY}) (DCGM_FI_DEV_GPU_UTIL * on (namespace, pod)"
             f" group_left ({SERVICE_LABEL}, {POOL_LABEL}) (0 * {pods} + 1)) / 100"
@@ -204,12 +234,18 @@ def _number(value: float | None) -> float | None:
 def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
     """PoolSignals per present pool from the combined query's vector result (pure)."""
     values: dict[PoolKey, dict[str, float]] = {}
+    buckets: dict[PoolKey, dict[str, dict[float, float]]] = {}
     for sample in result:
         labels = sample["metric"]
         key = PoolKey(
             labels.get(NAMESPACE_LABEL, ""), labels.get(SERVICE_LABEL, ""), labels[POOL_LABEL]
         )
-        values.setdefault(key, {})[labels[SIGNAL_LABEL]] = float(sample["value"][1])
+        signal, value = labels[SIGNAL_LABEL], float(sample["value"][1])
+        if signal in _HISTOGRAMS:
+            # float() reads Prometheus' "+Inf" bound.
+            buckets.setdefault(key, {}).setdefault(signal, {})[float(labels["le"])] = value
+        else:
+            values.setdefault(key, {})[signal] = value
     pools: dict[PoolKey, PoolSignals] = {}
     for key, found in sorted(values.items()):
         if "observed_at" not in found:
@@ -228,8 +264,19 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
             preemption_rate=_number(found.get("preemption_rate")),
             gpu_utilization=_number(found.get("gpu_utilization")),
             peak_prompt_tokens_rate=_number(found.get("peak_prompt_tokens_rate")),
+            ttft_histogram=_histogram(buckets.get(key, {}).get("ttft_buckets")),
+            itl_histogram=_histogram(buckets.get(key, {}).get("itl_buckets")),
         )
     return pools
+
+
+def _histogram(counts: Mapping[float, float] | None) -> LatencyHistogram | None:
+    """The buckets as a histogram; None without them or without the +Inf bucket (a partial
+    answer cannot say how many requests there were)."""
+    if not counts or math.inf not in counts:
+        return None
+    bounds = tuple(sorted(counts))
+    return LatencyHistogram(bounds, tuple(counts[b] for b in bounds))
 
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")

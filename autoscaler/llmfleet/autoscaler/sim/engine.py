@@ -85,6 +85,8 @@ class Recorder:
     done_time: list[float] = field(default_factory=list)
     done_prompt: list[int] = field(default_factory=list)
     done_output: list[int] = field(default_factory=list)
+    done_tpot: list[float] = field(default_factory=list)
+    """Per finished request: its mean gap between tokens (vLLM's per-request TPOT)."""
     prefill_time: list[float] = field(default_factory=list)
     prefill_tokens: list[int] = field(default_factory=list)
     arrival_time: list[float] = field(default_factory=list)
@@ -319,6 +321,7 @@ class Engine:
                 rec.done_time.append(now)
                 rec.done_prompt.append(q.request.prompt_tokens)
                 rec.done_output.append(q.request.output_tokens)
+                rec.done_tpot.append((now - q.first_token) / max(q.request.output_tokens - 1, 1))
             else:
                 keep.append(q)
         self.running = keep

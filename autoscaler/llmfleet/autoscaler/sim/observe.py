@@ -11,7 +11,10 @@ them (`autoscaler/signals.py`), from the simulated engines' records.
 - `peak_prompt_tokens_rate`: prefilled prompt tokens/s of the busiest tick-long slice of the
   rate window (PromQL `max_over_time(rate(vllm:prompt_tokens_total[15s])[1m:15s])`);
 - `ttft_p95_ms`, `itl_p95_ms`: exact 95th percentiles over the rate window (Prometheus would
-  interpolate inside histogram buckets); None when nothing was measured in it.
+  interpolate inside histogram buckets); None when nothing was measured in it;
+- `ttft_histogram`, `itl_histogram`: the window's first tokens by TTFT and its finished requests
+  by their mean token gap, in vLLM's own buckets (`TTFT_BUCKETS`, `TPOT_BUCKETS`), so the policy's
+  goodput sees the resolution production sees.
 
 The windows are cut at tick boundaries: `Meter.mark(now)` at every tick remembers how long each
 record list was, so a window is a slice, never a scan.
@@ -24,8 +27,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmfleet.autoscaler.goodput import LatencyHistogram
 from llmfleet.autoscaler.sim.engine import Recorder
 from llmfleet.autoscaler.sim.fleet import Pod, PodState, Pool
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+"""`vllm:time_to_first_token_seconds`' bounds (vLLM `vllm/v1/metrics/loggers.py`; the same in
+llm-d-inference-sim v0.10.2's /metrics)."""
+TPOT_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+"""`vllm:request_time_per_output_token_seconds`' bounds (vLLM `vllm/v1/metrics/loggers.py`, as
+its `time_per_output_token_seconds`; llm-d-inference-sim v0.10.2 exports the same)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,8 @@ class Observation:
     starting: int
     pods: tuple[PodView, ...]
     """One per pod that takes traffic or finishes it (serving, promoting, draining)."""
+    ttft_histogram: LatencyHistogram | None = None
+    itl_histogram: LatencyHistogram | None = None
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -126,6 +145,8 @@ class Meter:
             itl_p95 = 1000.0 * weighted_quantile(
                 np.asarray(r.itl_value[itl0:]), np.asarray(r.itl_weight[itl0:]), 0.95
             )
+        ttft_histogram = LatencyHistogram.of(ttfts, TTFT_BUCKETS)
+        itl_histogram = LatencyHistogram.of(r.done_tpot[done0:], TPOT_BUCKETS)
         traffic = [
             p
             for p in pool.pods
@@ -153,6 +174,8 @@ class Meter:
             ready=pool.count(PodState.SERVING),
             starting=pool.count(PodState.STARTING),
             pods=tuple(_view(p) for p in traffic),
+            ttft_histogram=ttft_histogram,
+            itl_histogram=itl_histogram,
         )
 
 

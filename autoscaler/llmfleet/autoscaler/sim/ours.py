@@ -94,6 +94,8 @@ class OurPolicy:
             ttft_p95_ms=observation.ttft_p95_ms,
             itl_p95_ms=observation.itl_p95_ms,
             peak_prompt_tokens_rate=observation.peak_prompt_tokens_rate,
+            ttft_histogram=observation.ttft_histogram,
+            itl_histogram=observation.itl_histogram,
         )
         pods = PoolPods(
             active=observation.active,
