@@ -7,10 +7,11 @@
   once per token that waited for it).
 - GPU-hours: every pod (starting, spare, serving, draining) from the start to the last arrival.
 - Scale events: changes of the serving-replica target.
-- Time to capacity after the largest burst: the largest burst is the 60 s window (15 s steps)
-  whose request rate rises most over the previous 5 minutes' mean; its need is what the policy's
-  sizing asks for that window's load; the figure is how long after the window opens the pool
-  first serves with that many replicas (0 when it already did; None when not within 10 min).
+- To capacity: from the trace's largest load step to the serving capacity it needs (`steps`).
+- Prefix hit share: prompt tokens served from the prefix cache, next to the trace's upper bound
+  (`traces.prefix_upper_bound`: the share an infinite cache shared by every pod would serve).
+- Percentiles take the nearest sample at or above the rank (no interpolation): a request that
+  never got a first token is inf, and interpolating towards it is no latency.
 
 Static peak is the smallest fixed fleet that reaches the attainment goal over the whole trace,
 found by replaying it (starting from the sizing of the busiest minute): the most generous static
@@ -39,14 +40,13 @@ from llmfleet.autoscaler.sim.observe import weighted_quantile
 from llmfleet.autoscaler.sim.ours import OurPolicy, service_spec
 from llmfleet.autoscaler.sim.profile import engine_profile, replicas_for, windows
 from llmfleet.autoscaler.sim.run import RunResult, SimSettings, simulate
-from llmfleet.autoscaler.sim.traces import Trace
+from llmfleet.autoscaler.sim.steps import Step, largest_step, time_to_capacity
+from llmfleet.autoscaler.sim.traces import Trace, prefix_upper_bound
 from llmfleet.core.errors import UserError
 from llmfleet.crds.spec import SloSpec
 
 GOAL = 99.0
 """Attainment (%) a policy must reach for both TTFT and ITL to count as meeting the SLO."""
-_BURST_LOOKBACK_S = 300.0
-_CAPACITY_HORIZON_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -78,21 +78,15 @@ class PolicyMetrics:
         return self.ttft_attainment >= GOAL and self.itl_attainment >= GOAL
 
 
-@dataclass(frozen=True)
-class Burst:
-    start: float
-    rate: float
-    before: float
-    need: int
-
-
 @dataclass
 class Comparison:
     trace: Trace
     settings: SimSettings
     static_replicas: int
     initial_replicas: int
-    burst: Burst
+    step: Step | None
+    """The largest load step, or None when the trace has none."""
+    prefix_upper_bound: float
     metrics: list[PolicyMetrics]
     runs: list[RunResult]
 
@@ -129,7 +123,11 @@ def check_slo(trace: Trace, settings: SimSettings) -> None:
         )
 
 
-def metrics(run: RunResult, settings: SimSettings, burst: Burst) -> PolicyMetrics:
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q, method="higher"))
+
+
+def metrics(run: RunResult, settings: SimSettings, step: Step | None) -> PolicyMetrics:
     slo = settings.slo
     ttft, tpot = run.ttft_s, run.tpot_s
     itl_p95 = itl_p99 = math.nan
@@ -141,27 +139,16 @@ def metrics(run: RunResult, settings: SimSettings, burst: Burst) -> PolicyMetric
         ttft_attainment=100.0 * float(np.mean(ttft <= slo.ttft_ms / 1000)),
         itl_attainment=100.0 * float(np.mean(tpot <= slo.itl_ms / 1000)),
         gpu_hours=run.gpu_hours,
-        ttft_p95_ms=1000 * float(np.percentile(ttft, 95)),
-        ttft_p99_ms=1000 * float(np.percentile(ttft, 99)),
+        ttft_p95_ms=1000 * _percentile(ttft, 95),
+        ttft_p99_ms=1000 * _percentile(ttft, 99),
         itl_p95_ms=itl_p95,
         itl_p99_ms=itl_p99,
         scale_events=run.scale_events,
-        time_to_capacity_s=_time_to_capacity(run, burst),
+        time_to_capacity_s=None if step is None else time_to_capacity(run.serving_log, step),
         preemptions=run.preemptions,
         prefix_hit_share=run.prefix_hit_share,
         wall_s=run.wall_s,
     )
-
-
-def _time_to_capacity(run: RunResult, burst: Burst) -> float | None:
-    for point in run.timeline:
-        if point.t < burst.start:
-            continue
-        if point.t > burst.start + _CAPACITY_HORIZON_S:
-            return None
-        if point.serving >= burst.need:
-            return max(point.t - burst.start, 0.0)
-    return None
 
 
 def compare(
@@ -186,7 +173,7 @@ def compare(
 
     needs = [need(r, p, o) for _, r, p, o in loads]
     initial = max(needs[0], options.min_replicas)
-    burst = _largest_burst(loads, needs, settings.tick_s)
+    step = largest_step([start for start, _, _, _ in loads], needs, settings.tick_s)
     static = (
         _static_replicas(trace, settings, max(needs), options.max_replicas, progress)
         if "static-peak" in names
@@ -229,25 +216,11 @@ def compare(
         settings=settings,
         static_replicas=static,
         initial_replicas=initial,
-        burst=burst,
-        metrics=[metrics(run, settings, burst) for run in runs],
+        step=step,
+        prefix_upper_bound=prefix_upper_bound(trace),
+        metrics=[metrics(run, settings, step) for run in runs],
         runs=runs,
     )
-
-
-def _largest_burst(
-    loads: list[tuple[float, float, float, float]], needs: list[int], step_s: float
-) -> Burst:
-    back = max(int(_BURST_LOOKBACK_S / step_s), 1)
-    best = Burst(0.0, loads[0][1] if loads else 0.0, 0.0, needs[0] if needs else 1)
-    best_rise = -math.inf
-    for i, (start, rate, _, _) in enumerate(loads):
-        earlier = [r for _, r, _, _ in loads[max(0, i - back) : i]]
-        before = sum(earlier) / len(earlier) if earlier else 0.0
-        if rate - before > best_rise:
-            best_rise = rate - before
-            best = Burst(start, rate, before, needs[i])
-    return best
 
 
 def _static_replicas(

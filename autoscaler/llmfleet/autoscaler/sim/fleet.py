@@ -71,6 +71,8 @@ class Pool:
             self._new(0.0, PodState.SPARE)
         self.on_serving: Callable[[float], None] = lambda _now: None
         """Called when a pod starts serving (the gateway flushes what it held back)."""
+        self.serving_log: list[tuple[float, int]] = [(0.0, active)]
+        """(time, pods serving) at every change: when capacity arrived, to the event."""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -116,6 +118,9 @@ class Pool:
         if surplus > 0:
             self._remove(surplus)
         newly_serving |= self._label(now)
+        serving = self.count(PodState.SERVING)
+        if serving != self.serving_log[-1][1]:
+            self.serving_log.append((now, serving))
         if newly_serving:
             self.on_serving(now)
 

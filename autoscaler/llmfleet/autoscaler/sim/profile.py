@@ -8,7 +8,7 @@ baselines need none.
 
 `replicas_for` sizes a load with the policy's own sizing functions (no forecast, no correction):
 the static-peak baseline uses it on the trace's busiest minute, and the report uses it for the
-capacity a burst needs.
+capacity a load step needs.
 """
 
 from __future__ import annotations

@@ -29,7 +29,26 @@ def title(comparison: Comparison) -> str:
         f">= {GOAL:g}% of requests. Engine: 8B BF16 on H100, {model.max_batched_tokens} batched "
         f"tokens, {model.max_num_seqs} seqs, cold start {model.cold_start_s:g} s, spare "
         f"promotion {model.promote_s:g} s. Static peak = {comparison.static_replicas} replicas; "
-        f"largest burst at {comparison.burst.start:.0f} s needs {comparison.burst.need}."
+        f"{_step(comparison)}{_prefix(comparison)}"
+    )
+
+
+def _step(comparison: Comparison) -> str:
+    step = comparison.step
+    if step is None:
+        return "no load step (to capacity: -)."
+    return (
+        f"largest load step at {step.start:.0f} s: {step.before} -> {step.need} replicas "
+        f"(to capacity: until {step.need} serve)."
+    )
+
+
+def _prefix(comparison: Comparison) -> str:
+    if not any(r.blocks for r in comparison.trace.requests):
+        return ""
+    return (
+        f" Prefix hit: share of prompt tokens from the cache; an infinite shared cache would "
+        f"serve {comparison.prefix_upper_bound:.1%}."
     )
 
 
@@ -46,6 +65,7 @@ def table(comparison: Comparison) -> Table:
         "ITL p99",
         "scale ev",
         "to capacity",
+        "prefix hit",
         "meets",
     ):
         result.add_column(column, justify="left" if column == "policy" else "right")
@@ -61,6 +81,7 @@ def table(comparison: Comparison) -> Table:
             _ms(m.itl_p99_ms),
             str(m.scale_events),
             "-" if m.time_to_capacity_s is None else f"{m.time_to_capacity_s:.0f} s",
+            f"{m.prefix_hit_share:.1%}",
             "yes" if m.meets_goal else "no",
         )
     return result
@@ -133,7 +154,14 @@ def as_json(comparison: Comparison) -> dict[str, Any]:
         },
         "staticReplicas": comparison.static_replicas,
         "initialReplicas": comparison.initial_replicas,
-        "burst": {"startS": comparison.burst.start, "need": comparison.burst.need},
+        "loadStep": None
+        if comparison.step is None
+        else {
+            "startS": comparison.step.start,
+            "need": comparison.step.need,
+            "before": comparison.step.before,
+        },
+        "prefixHitUpperBound": round(comparison.prefix_upper_bound, 4),
         "policies": [_row(m) for m in comparison.metrics],
         "verdict": verdict(comparison),
     }

@@ -87,6 +87,8 @@ class RunResult:
     preemptions: int
     prefix_hit_share: float
     timeline: list[TimelinePoint]
+    serving_log: list[tuple[float, int]]
+    """(time, pods serving) at every change."""
     wall_s: float
 
 
@@ -234,5 +236,6 @@ def _result(
         preemptions=recorder.preemptions,
         prefix_hit_share=recorder.prefix_hit_tokens / max(recorder.prompt_tokens, 1),
         timeline=timeline,
+        serving_log=pool.serving_log,
         wall_s=time.perf_counter() - started,
     )

@@ -70,6 +70,24 @@ class Trace:
         return sum(r.output_tokens for r in self.requests) / max(len(self.requests), 1)
 
 
+def prefix_upper_bound(trace: Trace) -> float:
+    """Share of the prompt tokens an infinite prefix cache shared by every pod would serve: each
+    request's longest run of leading blocks seen in any earlier request (at least one token is
+    always computed, as in the engine), over all prompt tokens. 0 for a trace without blocks."""
+    seen: set[int] = set()
+    hits = total = 0
+    for request in trace.requests:
+        total += request.prompt_tokens
+        run = 0
+        for block in request.blocks:
+            if block not in seen:
+                break
+            run += 1
+        hits += min(run * trace.block_tokens, request.prompt_tokens - 1)
+        seen.update(request.blocks)
+    return hits / total if total else 0.0
+
+
 def shipped_dir() -> Path:
     """`$LLMFLEET_TRACES_DIR`, else `data/traces/` of the checkout llmfleet runs from: the
     nearest folder above this module holding `pyproject.toml` (an editable install, as `make`
