@@ -5,6 +5,7 @@ the sample services become Ready and answer through the chart's gateway."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,11 @@ def test_services_are_ready_and_answer_through_the_charts_gateway(
                 model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=8
             )
             assert chat.choices[0].message.content, model
+    # The chart's RBAC was enough: no component was refused anything on the way.
+    for log_file in chart_system.paths.logs.glob("components/*.log"):
+        refused = [line for line in log_file.read_text(errors="replace").splitlines()
+                   if re.search(r"\b403\b|Forbidden|forbidden", line)]  # fmt: skip
+        assert not refused, f"{log_file.name}: {refused[:3]}"
     # The only gateway there is answered: the process of the chart's gateway pod.
     account = component_pods(chart_system)["gateway"]["spec"]["serviceAccountName"]
     config = component_process(chart_system, "gateway").environ()["KUBECONFIG"]

@@ -13,7 +13,12 @@ from llmfleet.crds.inference_service import AutoscalingStatus
 from llmfleet.operator.budget import PoolTarget, fit, surge
 from llmfleet.operator.observed import Observed, ObservedPod
 from llmfleet.operator.plan import Plan, desired
-from llmfleet.operator.pools import COST_DRAINING, COST_SERVING
+from llmfleet.operator.pools import (
+    COST_DRAINING,
+    COST_SERVING,
+    ENDPOINT_PROPAGATION_SECONDS,
+    draining,
+)
 from tests.operator.test_plan import SETTINGS, load
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -218,3 +223,28 @@ def test_a_deployment_at_the_budget_rolls_one_pod_down_at_a_time() -> None:
     [deployment] = [o for o in plan.objects if o["kind"] == "Deployment"]
     rolling = deployment["spec"]["strategy"]["rollingUpdate"]
     assert rolling == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+@pytest.mark.parametrize(
+    ("demoted_ago", "in_flight", "drain_seconds", "still"),
+    [
+        pytest.param(1.0, 0, 120, True, id="idle-but-routers-may-not-know-yet"),
+        pytest.param(ENDPOINT_PROPAGATION_SECONDS + 1, 0, 120, False, id="idle-and-known"),
+        pytest.param(ENDPOINT_PROPAGATION_SECONDS + 1, 3, 120, True, id="busy"),
+        pytest.param(ENDPOINT_PROPAGATION_SECONDS + 1, None, 120, True, id="unknown"),
+        pytest.param(121.0, 3, 120, False, id="drain-period-over"),
+        pytest.param(1.0, 3, 0, False, id="no-drain-at-all"),
+        pytest.param(1.0, 0, 2, True, id="short-drain"),
+        pytest.param(2.5, 0, 2, False, id="short-drain-over"),
+    ],
+)  # fmt: skip
+def test_a_demoted_pod_drains_at_least_while_routers_catch_up(
+    demoted_ago: float, in_flight: int | None, drain_seconds: float, still: bool
+) -> None:
+    """Even with nothing in flight a demoted pod stays a few seconds: the gateway (and any
+    router reading EndpointSlices) may route to it until it has seen it go."""
+    pod = ObservedPod(
+        name="a", pool="unified", created=NOW - timedelta(minutes=5), ready=True, serving=False,
+        demoted_at=NOW - timedelta(seconds=demoted_ago), in_flight=in_flight,
+    )  # fmt: skip
+    assert draining(pod, NOW, drain_seconds) is still

@@ -47,13 +47,25 @@ class PoolAssignment:
     total: int
 
 
+ENDPOINT_PROPAGATION_SECONDS = 5.0
+"""A demoted pod drains at least this long, even with nothing in flight: it leaves its Service's
+EndpointSlice at once, but what routes by EndpointSlices learns it later (the gateway lists them
+every second; kube-proxy and ingress controllers take seconds too) and may still send it a
+request meanwhile — the reason pods get a preStop sleep. Without it the last pod of a pool that a
+topology change retires could be gone while the gateway still routes there."""
+
+
 def draining(pod: ObservedPod, now: datetime, drain_seconds: float) -> bool:
-    """A demoted pod drains until it reports nothing in flight or the drain period ends."""
+    """A demoted pod drains until it reports nothing in flight or the drain period ends, and at
+    least `ENDPOINT_PROPAGATION_SECONDS` (never beyond the drain period)."""
     if pod.demoted_at is None or pod.serving:
         return False
+    elapsed = (now - pod.demoted_at).total_seconds()
+    if elapsed < min(drain_seconds, ENDPOINT_PROPAGATION_SECONDS):
+        return True
     if pod.in_flight == 0:
         return False
-    return (now - pod.demoted_at).total_seconds() < drain_seconds
+    return elapsed < drain_seconds
 
 
 def assign(
