@@ -35,7 +35,7 @@ def test_sample_applies(kube: Kube, namespace: str, sample: Path) -> None:
     kube.kubectl("apply", "--server-side", "-n", namespace, "-f", str(sample))
     listing = kube.kubectl("get", "llmsvc", "-n", namespace)
     header = listing.splitlines()[0].split()
-    assert header == ["NAME", "MODE", "READY", "SERVING", "ENDPOINT", "AGE"]
+    assert header == ["NAME", "MODE", "READY", "SERVING", "CANARY", "ENDPOINT", "AGE"]
     name = yaml.safe_load(sample.read_text())["metadata"]["name"]
     stored = kube.get(f"inferenceservices.llmfleet.dev/{name}", "-n", namespace)
     # Defaults are applied by the API server from the rendered schema.

@@ -107,7 +107,7 @@ def test_every_sample_becomes_ready_with_its_children(kube: Kube, ns_samples: st
             assert serving_endpoints(kube, ns, f"{name}-{pool}")
     listing = kube.kubectl("get", "llmsvc", "-n", ns)
     print(listing)
-    assert listing.split()[:6] == ["NAME", "MODE", "READY", "SERVING", "ENDPOINT", "AGE"]
+    assert listing.split()[:7] == ["NAME", "MODE", "READY", "SERVING", "CANARY", "ENDPOINT", "AGE"]
     assert listing.count("True") == len(SAMPLES)
 
 
