@@ -132,7 +132,17 @@ def _pool(
     # one slow p95 must not cut the estimate again on every call), and not while pods start:
     # their latency has not caught up yet.
     evidence = _evidence(name, signals, spec, config)
-    if fresh and pods.starting == 0:
+    # NOTE: a pool the model itself finds short of replicas (its need at the current correction
+    # above the ready pods: a step, a start from idle) misses its targets because it is small,
+    # not because the model is wrong: learning there would cut the correction to its floor and
+    # oversize the pool for the next ten minutes.
+    short = (
+        _need(
+            name, pool, spec=spec, predicted=predicted, correction=correction, config=config
+        ).replicas
+        > pods.ready
+    )
+    if fresh and pods.starting == 0 and not short:
         elapsed = 0.0
         if state.updated_at is not None:
             elapsed = (signals.observed_at - state.updated_at).total_seconds()

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from llmfleet.autoscaler.sim import POLICIES
 from llmfleet.autoscaler.sim.traces import TRACES_DIR_ENV, load, shipped
+from llmfleet.core.errors import UserError
 
 # The simulator (numpy) and the plots (matplotlib) are imported by `run`, not here:
 # `llmfleet --help` loads this module to list the command and must stay fast.
@@ -70,17 +71,28 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     plots: Annotated[Path | None, typer.Option(help="Write PNG timelines into this dir.")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress on stderr.")] = False,
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            help="robust: replay transformations of the traces instead (speed x0.5-x8, prompts "
+            "x0.5/x2, idle into the busiest minute, a x4 step, a 1 h ramp, two traces together; "
+            "sim/suite.py), one table each and a summary.",
+        ),
+    ] = None,
 ) -> None:
     """Replay request traces through a simulated fleet: our policy against the baselines.
 
     Prints SLO attainment, GPU-hours, latency tails and scaling per policy, one table per
     trace."""
     from llmfleet.autoscaler.sim import report
+    from llmfleet.autoscaler.sim import suite as robust
     from llmfleet.autoscaler.sim.compare import Options, check_policies, compare
     from llmfleet.autoscaler.sim.model import EngineModel
     from llmfleet.autoscaler.sim.run import SimSettings, Slo
 
     names = check_policies(policy or list(POLICIES))
+    if suite not in (None, "robust"):
+        raise UserError(f"unknown suite {suite!r} (known: robust)")
     paths = traces or shipped()
     err = Console(stderr=True)
 
@@ -92,9 +104,13 @@ def run(
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)
-    for path in paths:
-        trace = load(path, limit_s=limit)
-        ttft_default, itl_default = SLO_DEFAULTS[trace.kind]
+    loaded = [load(path, limit_s=limit) for path in paths]
+    jobs = [(trace, trace.kind) for trace in loaded]
+    if suite == "robust":
+        jobs = [(m.trace, m.slo_kind) for m in robust.members(loaded, _looser)]
+    comparisons = []
+    for trace, slo_kind in jobs:
+        ttft_default, itl_default = SLO_DEFAULTS[slo_kind]
         itl = itl_ms if itl_ms is not None else itl_default
         ttft = ttft_ms if ttft_ms is not None else ttft_default
         model = replace(EngineModel(), cold_start_s=cold_start)
@@ -108,6 +124,7 @@ def run(
             names,
             progress=progress,
         )
+        comparisons.append(comparison)
         if plots is not None:
             for written in report.plot(comparison, plots):
                 progress(f"wrote {written}")
@@ -117,4 +134,14 @@ def run(
             out.print(report.table(comparison))
             out.print(report.verdict(comparison), highlight=False)
     if json_out:
-        sys.stdout.write(json.dumps({"traces": results}, indent=2) + "\n")
+        document: dict[str, object] = {"traces": results}
+        if suite is not None:
+            document["summary"] = report.summary_json(comparisons)
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    elif suite is not None:
+        out.print(report.summary(comparisons))
+
+
+def _looser(a: str, b: str) -> str:
+    """The trace kind whose default SLO is the looser (the larger TTFT target)."""
+    return max((a, b), key=lambda kind: SLO_DEFAULTS[kind])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,51 @@ def verdict(comparison: Comparison) -> str:
     )
 
 
+def _cheapest_rival(comparison: Comparison) -> PolicyMetrics | None:
+    rivals = [m for m in comparison.metrics if m.policy != "llmfleet" and m.meets_goal]
+    return min(rivals, key=lambda m: m.gpu_hours) if rivals else None
+
+
+def summary(comparisons: list[Comparison]) -> Table:
+    """One row per trace: ours against the cheapest baseline that meets the goal."""
+    result = Table(title="Summary: llmfleet against the cheapest baseline meeting the goal")
+    for column in (
+        "trace",
+        "llmfleet TTFT / ITL ok %",
+        "GPU-h",
+        "cheapest baseline at goal",
+        "goal",
+    ):
+        result.add_column(column, justify="left" if column in ("trace", "goal") else "right")
+    for comparison in comparisons:
+        ours = next((m for m in comparison.metrics if m.policy == "llmfleet"), None)
+        rival = _cheapest_rival(comparison)
+        result.add_row(
+            comparison.trace.name,
+            "-" if ours is None else f"{ours.ttft_attainment:.2f} / {ours.itl_attainment:.2f}",
+            "-" if ours is None else f"{ours.gpu_hours:.2f}",
+            "none" if rival is None else f"{rival.policy} {rival.gpu_hours:.2f}",
+            verdict(comparison).split(":")[0],
+        )
+    return result
+
+
+def summary_json(comparisons: list[Comparison]) -> list[dict[str, Any]]:
+    rows = []
+    for comparison in comparisons:
+        ours = next((m for m in comparison.metrics if m.policy == "llmfleet"), None)
+        rival = _cheapest_rival(comparison)
+        rows.append(
+            {
+                "trace": comparison.trace.name,
+                "llmfleet": None if ours is None else _row(ours),
+                "cheapestBaselineAtGoal": None if rival is None else rival.policy,
+                "verdict": verdict(comparison),
+            }
+        )
+    return rows
+
+
 def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 4)
 
@@ -170,7 +216,9 @@ def as_json(comparison: Comparison) -> dict[str, Any]:
 def plot(comparison: Comparison, directory: Path) -> list[Path]:
     """load.png-style timelines for one trace: load, replicas, TTFT p95 and ITL p95 per policy."""
     directory.mkdir(parents=True, exist_ok=True)
-    stem = Path(comparison.trace.name).stem
+    stem = re.sub(r"[^\w.-]+", "_", comparison.trace.name)
+    for suffix in (".csv", ".jsonl"):
+        stem = stem.replace(suffix, "")
     slo = comparison.settings.slo
     figure = Figure(figsize=(12, 13))
     axes = figure.subplots(4, 1, sharex=True)
