@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import Condition
 from llmfleet.operator.observed import Observed
-from llmfleet.operator.reconcile import Reconciler
+from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.settings import OperatorSettings
 from tests.operator.test_plan import SETTINGS, load
 
@@ -219,3 +219,41 @@ def test_once_the_refusal_ends_the_status_recovers() -> None:
     assert kube.condition("Degraded")["status"] == "False"
     assert kube.condition("Ready")["reason"] == "NoServingReplicas"  # no pod serves yet
     assert reconciler.backoff.next_try(("team", "llama-8b"), clock.now.timestamp()) is None
+
+
+def test_each_pass_publishes_slo_conditions_and_pool_counts_and_a_gone_service_none() -> None:
+    """The chart's alerts and dashboards read these gauges (they cannot read status)."""
+    body = service_body()
+    body["spec"]["slo"] = {"ttftP95Ms": 400, "itlP95Ms": 40}
+    name = body["metadata"]["name"]
+    kube = StandIn(body)
+    reconciler = Reconciler(kube, SETTINGS)  # type: ignore[arg-type]
+    registry = reconciler.metrics.registry
+
+    def sample(metric: str, **labels: str) -> float | None:
+        value: float | None = registry.get_sample_value(
+            metric, {"namespace": "team", "service": name, **labels}
+        )
+        return value
+
+    reconciler.reconcile("team", name)
+    assert sample("llmfleet_operator_slo_target_seconds", latency="ttft") == 0.4
+    assert sample("llmfleet_operator_slo_target_seconds", latency="itl") == 0.04
+    ready = kube.condition("Ready")
+    assert ready["status"] == "False"
+    assert sample("llmfleet_operator_service_condition", type="Ready", reason=ready["reason"]) == 0
+    replicas = body["spec"]["topology"]["unified"]["replicas"]
+    assert sample("llmfleet_operator_pool_replicas", pool="unified", state="serving") == 0
+    assert sample("llmfleet_operator_pool_replicas", pool="unified", state="pending") == 0
+    assert replicas > 0
+
+    del body["spec"]["slo"]["itlP95Ms"]
+    reconciler.reconcile("team", name)
+    assert sample("llmfleet_operator_slo_target_seconds", latency="itl") is None  # series gone
+
+    kube.body = None  # type: ignore[assignment]  # deleted
+    with pytest.raises(Gone):
+        reconciler.reconcile("team", name)
+    for metric in ("slo_target_seconds", "service_condition", "pool_replicas"):
+        assert not [s for family in registry.collect() if family.name.endswith(metric)
+                    for s in family.samples if s.labels.get("service") == name]  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -59,6 +61,27 @@ class OperatorMetrics:
             ["namespace", "service"],
             registry=self.registry,
         )
+        self.slo_target = Gauge(
+            "llmfleet_operator_slo_target_seconds",
+            "The service's SLO (spec.slo.ttftP95Ms / itlP95Ms) in seconds, by latency (ttft, "
+            "itl): what the SLO burn-rate alerts and the dashboards' target lines compare with.",
+            ["namespace", "service", "latency"],
+            registry=self.registry,
+        )
+        self.service_condition = Gauge(
+            "llmfleet_operator_service_condition",
+            "Each status condition of each service: 1 while True, 0 while False, with its "
+            "current reason (one series per service and condition type).",
+            ["namespace", "service", "type", "reason"],
+            registry=self.registry,
+        )
+        self.pool_replicas = Gauge(
+            "llmfleet_operator_pool_replicas",
+            "Pods of each pool by state: serving, spare (ready, out of traffic or draining), "
+            "starting (not ready yet) and pending (the scheduler cannot place them).",
+            ["namespace", "service", "pool", "state"],
+            registry=self.registry,
+        )
         self.nonlocal_refused = Counter(
             "llmfleet_operator_nonlocal_refused_total",
             "Connections refused before connecting because the destination is outside "
@@ -66,3 +89,56 @@ class OperatorMetrics:
             ["client"],
             registry=self.registry,
         )
+
+
+POOL_STATES = ("serving", "spare", "starting", "pending")
+
+
+class ServiceSeries:
+    """Keeps the per-service gauges equal to the latest pass: a condition's series follows its
+    reason (the old reason's series is removed), and a deleted service's series all go."""
+
+    def __init__(self, metrics: OperatorMetrics) -> None:
+        self.metrics = metrics
+        self._labels: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
+
+    def publish(
+        self,
+        namespace: str,
+        name: str,
+        slo: dict[str, float | None],
+        conditions: list[tuple[str, bool, str]],
+        pools: dict[str, dict[str, int]],
+    ) -> None:
+        """`slo`: latency -> seconds (None: no target); `conditions`: (type, true, reason);
+        `pools`: pool -> state -> pods."""
+        m = self.metrics
+        now: set[tuple[Gauge, tuple[str, ...]]] = set()
+        values: list[tuple[Gauge, tuple[str, ...], float]] = [
+            (m.slo_target, (namespace, name, latency), seconds)
+            for latency, seconds in slo.items()
+            if seconds is not None
+        ]
+        values += [
+            (m.service_condition, (namespace, name, kind, reason), 1 if true else 0)
+            for kind, true, reason in conditions
+        ]
+        values += [
+            (m.pool_replicas, (namespace, name, pool, state), states.get(state, 0))
+            for pool, states in pools.items()
+            for state in POOL_STATES
+        ]
+        for gauge, labels, value in values:
+            gauge.labels(*labels).set(value)
+            now.add((gauge, labels))
+        self._drop(self._labels.get((namespace, name), set()) - now)
+        self._labels[(namespace, name)] = now
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._drop(self._labels.pop((namespace, name), set()))
+
+    @staticmethod
+    def _drop(series: set[tuple[Gauge, tuple[str, ...]]]) -> None:
+        for gauge, labels in series:
+            with contextlib.suppress(KeyError):  # never set (or removed already)
+                gauge.remove(*labels)

@@ -25,7 +25,7 @@ from llmfleet.crds import InferenceService, InferenceServiceSpec
 from llmfleet.operator.analyst import PrometheusAnalyst
 from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.kube import Kube, refusal
-from llmfleet.operator.metrics import OperatorMetrics
+from llmfleet.operator.metrics import OperatorMetrics, ServiceSeries
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.plan import Plan, desired
 from llmfleet.operator.rollout import Analysis, Verdict, active, analysis_due
@@ -85,6 +85,7 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics or OperatorMetrics()
+        self.series = ServiceSeries(self.metrics)
         self.clock = clock
         self.analyst = analyst or analyst_from(settings, self.metrics)
         self.backoff = Backoff(settings.retry_seconds, settings.retry_max_seconds)
@@ -105,6 +106,7 @@ class Reconciler:
             outcome = "gone"
             with self._backoff_lock:
                 self.backoff.forget((namespace, name))
+            self.series.forget(namespace, name)
             raise
         finally:
             self.metrics.reconcile_seconds.labels(namespace, name, outcome).observe(
@@ -189,11 +191,46 @@ class Reconciler:
                             namespace, name, event.reason, error.status, error.reason)  # fmt: skip
                 self.metrics.events_failed.labels(namespace, name, event.reason).inc()
         self.kube.write_status(namespace, name, plan.status)
+        self._publish(namespace, name, service, plan, observed)
         self._rollout_said(namespace, name, plan, observed)
         with self._backoff_lock:
             retry = self.backoff.next_try((namespace, name), self.clock().timestamp())
         waits = [wait for wait in (plan.requeue_after, retry) if wait is not None]
         return min(waits, default=None), bool(failures)
+
+    def _publish(
+        self, namespace: str, name: str, service: InferenceService, plan: Plan, observed: Observed
+    ) -> None:
+        """The pass's SLO targets, conditions and pool counts as gauges (for the chart's alerts
+        and dashboards, which cannot read status)."""
+        slo = service.spec.slo
+        conditions = plan.status.get("conditions")
+        pools = plan.status.get("pools")
+        counts: dict[str, dict[str, int]] = {}
+        for pool, figures in (pools if isinstance(pools, dict) else {}).items():
+            if not figures:  # a pool the merge patch removes from status
+                continue
+            pending = sum(1 for pod in observed.pool_pods(pool) if pod.unschedulable)
+            ready = figures.get("readyReplicas", 0)
+            counts[pool] = {
+                "serving": figures.get("servingReplicas", 0),
+                "spare": figures.get("spareReplicas", 0),
+                "pending": pending,
+                "starting": max(0, figures.get("replicas", 0) - ready - pending),
+            }
+        self.series.publish(
+            namespace,
+            name,
+            {
+                "ttft": slo.ttft_p95_ms / 1000 if slo.ttft_p95_ms is not None else None,
+                "itl": slo.itl_p95_ms / 1000 if slo.itl_p95_ms is not None else None,
+            },
+            [
+                (c["type"], c["status"] == "True", c.get("reason", ""))
+                for c in (conditions if isinstance(conditions, list) else [])
+            ],
+            counts,
+        )
 
     def _with_analysis(
         self, service: InferenceService, observed: Observed, now: datetime
