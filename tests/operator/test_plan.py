@@ -239,3 +239,33 @@ def test_ready_when_every_pool_serves_and_status_counts() -> None:
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "Serving")
     assert plan.requeue_after is None
+
+
+def kstatus(plan: Any) -> tuple[str, str]:
+    """What kstatus (Flux, cli-utils) reads: Reconciling and Stalled, abnormal when True."""
+    said = {c["type"]: c["status"] for c in plan.status["conditions"]}
+    return said["Reconciling"], said["Stalled"]
+
+
+def test_kstatus_conditions_follow_ready_and_the_kind_of_problem() -> None:
+    serving = tuple(
+        ObservedPod(name=f"p{i}", pool="unified", created=NOW, ready=True, serving=True,
+                    deletion_cost=COST_SERVING)
+        for i in range(2)
+    )  # fmt: skip
+    starting = (ObservedPod(name="s", pool="unified", created=NOW, ready=False, serving=False),)
+    full = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    no_gpu = (ObservedPod(name="p", pool="unified", created=NOW, ready=False, serving=False,
+                          unschedulable=full),)  # fmt: skip
+    wrong_gpu = Observed(pods=(ObservedPod(name="p", pool="unified", created=NOW, ready=False,
+                                           serving=False, unschedulable=SELECTOR_MISS),),
+                         gpu_node_products=(H100,))  # fmt: skip
+    assert kstatus(desired(load("unified"), Observed(pods=serving), SETTINGS, NOW)) == (
+        "False", "False")  # fmt: skip
+    assert kstatus(desired(load("unified"), Observed(pods=starting), SETTINGS, NOW)) == (
+        "True", "False")  # fmt: skip
+    # Waiting for GPUs may end by itself (a node joins, another service scales down).
+    assert kstatus(desired(load("unified"), Observed(pods=no_gpu), SETTINGS, NOW)) == (
+        "True", "False")  # fmt: skip
+    # No node of that GPU type at all: someone has to change the spec or the cluster.
+    assert kstatus(desired(load("slo"), wrong_gpu, SETTINGS, NOW)) == ("False", "True")

@@ -257,3 +257,21 @@ def test_each_pass_publishes_slo_conditions_and_pool_counts_and_a_gone_service_n
     for metric in ("slo_target_seconds", "service_condition", "pool_replicas"):
         assert not [s for family in registry.collect() if family.name.endswith(metric)
                     for s in family.samples if s.labels.get("service") == name]  # fmt: skip
+
+
+def test_a_spec_the_models_refuse_is_stalled_for_this_generation() -> None:
+    """What admission should have refused (an older CRD let it in): the status says so for this
+    generation, so GitOps tools report the failure instead of waiting."""
+    body = service_body()
+    body["metadata"]["generation"] = 7
+    body["spec"]["topology"] = {"mode": "Hybrid"}
+    kube = StandIn(body)
+    Reconciler(kube, SETTINGS).reconcile("team", body["metadata"]["name"])  # type: ignore[arg-type]
+    assert kube.status["observedGeneration"] == 7
+    said = {c["type"]: (c["status"], c["reason"]) for c in kube.status["conditions"]}
+    assert said == {
+        "Ready": ("False", "InvalidSpec"),
+        "Degraded": ("True", "InvalidSpec"),
+        "Stalled": ("True", "InvalidSpec"),
+        "Reconciling": ("False", "InvalidSpec"),
+    }

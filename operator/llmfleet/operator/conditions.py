@@ -195,6 +195,27 @@ def _endpoint_published(
     )
 
 
+STALLED_REASONS = frozenset({"InvalidSpec", "ApplyFailed", "NoMatchingGPUNodes"})
+"""Problems that need a person (a spec or cluster change), not time: kstatus calls them Failed."""
+
+
+def _kstatus(ready: Said, problem: tuple[str, str] | None) -> dict[str, Said]:
+    """`Reconciling` and `Stalled`, the abnormal-true conditions kstatus reads (Flux's health
+    checks, `kstatus`-based tools; they ignore Ready): Reconciling while the service is not
+    Ready and is expected to get there (engines starting, pods waiting for GPUs, scaled to
+    zero on purpose is not that); Stalled while a problem only a person can fix stands."""
+    if problem is not None and problem[0] in STALLED_REASONS:
+        stalled: Said = (ConditionStatus.TRUE, problem[0], problem[1])
+    else:
+        stalled = (ConditionStatus.FALSE, "AsExpected", "Nothing blocks the service.")
+    status, reason, message = ready
+    if status == ConditionStatus.TRUE or reason == "ScaledToZero" or stalled[0] == "True":
+        reconciling: Said = (ConditionStatus.FALSE, reason, "Nothing is under way.")
+    else:
+        reconciling = (ConditionStatus.TRUE, reason, message)
+    return {"Reconciling": reconciling, "Stalled": stalled}
+
+
 def conditions(
     service: InferenceService,
     observed: Observed,
@@ -255,6 +276,7 @@ def conditions(
         else (ConditionStatus.FALSE, "AsExpected", "No problems seen.")
     )
     wanted = {"Ready": ready, "Progressing": progressing, "Degraded": degraded}
+    wanted |= _kstatus(ready, problem)
     wanted["EndpointPublished"] = _endpoint_published(service, endpoint)
     limited = _scaling_limited(service, observed, targets)
     if limited is not None:

@@ -137,24 +137,23 @@ class Reconciler:
         except ValidationError as error:
             # Admission normally refuses such specs; this guards against an older CRD.
             message = f"spec is invalid: {error.errors()[0]['msg']}"
+            said = {"Ready": "False", "Degraded": "True", "Stalled": "True", "Reconciling": "False"}
             self.kube.write_status(
                 namespace,
                 name,
                 {
+                    # This generation was looked at: GitOps tools then report the failure
+                    # instead of waiting for the operator to catch up.
+                    "observedGeneration": metadata.get("generation"),
                     "conditions": [
                         {
-                            "type": "Ready",
-                            "status": "False",
+                            "type": kind,
+                            "status": status,
                             "reason": "InvalidSpec",
                             "message": message,
-                        },
-                        {
-                            "type": "Degraded",
-                            "status": "True",
-                            "reason": "InvalidSpec",
-                            "message": message,
-                        },
-                    ]
+                        }
+                        for kind, status in said.items()
+                    ],
                 },
             )
             return None, False
