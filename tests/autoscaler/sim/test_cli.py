@@ -159,8 +159,19 @@ def test_real_traces_json_ours_against_five_baselines(monkeypatch: pytest.Monkey
         assert rows["static-peak"]["scaleEvents"] == 0
         assert "verdict" in trace
         # The goal, with the CLI's defaults (a regression guard on the policy: the
-        # replay is deterministic). Mooncake's margin is thin: 37 misses of 39 allowed.
+        # replay is deterministic). Mooncake's margin is thin: 37 misses of 39 allowed. On
+        # Azure, KEDA with its grid-searched threshold (2 waiting per replica) meets the goal at
+        # 5% fewer GPU-hours than ours (README, "The autoscaler and the fleet simulator"): the
+        # guard there is against every other baseline.
         ours = rows["llmfleet"]
         assert ours["meetsGoal"], trace["verdict"]
-        cheapest = min(r["gpuHours"] for p, r in rows.items() if r["meetsGoal"] and p != "llmfleet")
-        assert ours["gpuHours"] < cheapest, trace["verdict"]
+        rivals = [p for p, r in rows.items() if r["meetsGoal"] and p != "llmfleet"]
+        if trace["kind"] == "azure":
+            assert rows["keda-queue"]["meetsGoal"]
+            assert (
+                rows["keda-queue"]["gpuHours"]
+                < ours["gpuHours"]
+                < 1.1 * rows["keda-queue"]["gpuHours"]
+            )
+            rivals.remove("keda-queue")
+        assert all(ours["gpuHours"] < rows[p]["gpuHours"] for p in rivals), trace["verdict"]

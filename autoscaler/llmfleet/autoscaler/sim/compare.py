@@ -31,6 +31,7 @@ from llmfleet.autoscaler.sim import POLICIES
 from llmfleet.autoscaler.sim.baselines import (
     AibrixKpa,
     DynamoPlanner,
+    DynamoProfile,
     KedaQueue,
     LlmdSloRatio,
     StaticPeak,
@@ -202,7 +203,11 @@ def compare(
             initial, ttft_ms=ttft_ms, itl_ms=itl_ms, min_replicas=floor, max_replicas=cap
         ),
         "dynamo-planner": lambda: DynamoPlanner(
-            initial, profile, itl_ms=itl_ms, min_replicas=floor, max_replicas=cap
+            initial,
+            DynamoProfile(settings.model),
+            itl_ms=itl_ms,
+            min_replicas=floor,
+            max_replicas=cap,
         ),
         "aibrix-kpa": lambda: AibrixKpa(initial, min_replicas=floor, max_replicas=cap),
     }

@@ -80,6 +80,9 @@ class Observation:
     """One per pod that takes traffic or finishes it (serving, promoting, draining)."""
     ttft_histogram: LatencyHistogram | None = None
     itl_histogram: LatencyHistogram | None = None
+    ttft_mean_ms: float | None = None
+    """Mean TTFT over the rate window (Dynamo's planner reads averages); None when none."""
+    itl_mean_ms: float | None = None
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -176,7 +179,16 @@ class Meter:
             pods=tuple(_view(p) for p in traffic),
             ttft_histogram=ttft_histogram,
             itl_histogram=itl_histogram,
+            ttft_mean_ms=1000.0 * sum(ttfts) / len(ttfts) if ttfts else None,
+            itl_mean_ms=_weighted_mean_ms(r.itl_value[itl0:], r.itl_weight[itl0:]),
         )
+
+
+def _weighted_mean_ms(values: list[float], weights: list[int]) -> float | None:
+    total = sum(weights)
+    return (
+        1000.0 * sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else None
+    )
 
 
 def _view(pod: Pod) -> PodView:
