@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.system import LocalSystem
+from e2e.system import LocalSystem, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -59,3 +59,26 @@ def test_load_on_a_public_trace_shows_in_status(system: LocalSystem) -> None:
     assert chat["ttft_p95_ms"] is not None
     pool = next(row for row in shot["pools"] if row["service"] == "chat")
     assert pool["decision"], shot
+
+
+def test_the_local_prometheus_evaluates_the_charts_rules(system: LocalSystem) -> None:
+    """The chart's recording rules and alerts load into the local Prometheus, every rule
+    evaluates without error, and after the load above the per-service TTFT p95 the dashboards
+    read has a value for `chat`."""
+    answer = system.http.get(f"{system.prometheus}/api/v1/rules")
+    answer.raise_for_status()
+    groups = answer.json()["data"]["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert {"recording", "alerting"} <= {rule["type"] for rule in rules}
+    wait_for(
+        lambda: all(r.get("health") == "ok" for r in
+                    [r for g in system.http.get(f"{system.prometheus}/api/v1/rules")
+                     .json()["data"]["groups"] for r in g["rules"]]) or None,
+        30, "every rule evaluated without error",
+    )  # fmt: skip
+    series = wait_for(
+        lambda: system.query('llmfleet_service:ttft_seconds:p95_rate5m{service="chat"}') or None,
+        60,
+        "the chat service's TTFT p95 recording rule",
+    )
+    assert float(series[0]["value"][1]) > 0

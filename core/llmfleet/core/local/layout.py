@@ -128,6 +128,9 @@ def prometheus_config(paths: Paths, ports: Ports) -> dict[str, Any]:
             "scrape_timeout": interval,
             "evaluation_interval": interval,
         },
+        # The chart's recording rules and alerts (the same files its PrometheusRules carry), so
+        # the local Prometheus has the dashboards' series and shows the alerts (its /alerts).
+        "rule_files": [str(path) for path in sorted((CHART / "files" / "rules").glob("*.yaml"))],
         "scrape_configs": [
             {
                 "job_name": "engines",
