@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -71,6 +72,10 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     plots: Annotated[Path | None, typer.Option(help="Write PNG timelines into this dir.")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress on stderr.")] = False,
+    routing: Annotated[
+        str,
+        typer.Option(help="Gateway routing profile: prefix-load, least-loaded or round-robin."),
+    ] = "prefix-load",
     suite: Annotated[
         str | None,
         typer.Option(
@@ -88,11 +93,10 @@ def run(
     from llmfleet.autoscaler.sim import suite as robust
     from llmfleet.autoscaler.sim.compare import Options, check_policies, compare
     from llmfleet.autoscaler.sim.model import EngineModel
-    from llmfleet.autoscaler.sim.run import SimSettings, Slo
+    from llmfleet.autoscaler.sim.run import ROUTING_PROFILES, SimSettings, Slo
 
     names = check_policies(policy or list(POLICIES))
-    if suite not in (None, "robust"):
-        raise UserError(f"unknown suite {suite!r} (known: robust)")
+    _check(suite, routing, ROUTING_PROFILES)
     paths = traces or shipped()
     err = Console(stderr=True)
 
@@ -116,7 +120,7 @@ def run(
         model = replace(EngineModel(), cold_start_s=cold_start)
         if itl > 0:
             model = model.for_slo(itl)
-        settings = SimSettings(slo=Slo(ttft, itl), model=model)
+        settings = SimSettings(slo=Slo(ttft, itl), model=model, routing=routing)
         comparison = compare(
             trace,
             settings,
@@ -140,6 +144,13 @@ def run(
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     elif suite is not None:
         out.print(report.summary(comparisons))
+
+
+def _check(suite: str | None, routing: str, profiles: Mapping[str, object]) -> None:
+    if suite not in (None, "robust"):
+        raise UserError(f"unknown suite {suite!r} (known: robust)")
+    if routing not in profiles:
+        raise UserError(f"unknown routing profile {routing!r} (known: {', '.join(profiles)})")
 
 
 def _looser(a: str, b: str) -> str:

@@ -64,6 +64,7 @@ class PolicyMetrics:
     ttft_attainment: float
     itl_attainment: float
     gpu_hours: float
+    ttft_p50_ms: float
     ttft_p95_ms: float
     ttft_p99_ms: float
     itl_p95_ms: float
@@ -140,6 +141,7 @@ def metrics(run: RunResult, settings: SimSettings, step: Step | None) -> PolicyM
         ttft_attainment=100.0 * float(np.mean(ttft <= slo.ttft_ms / 1000)),
         itl_attainment=100.0 * float(np.mean(tpot <= slo.itl_ms / 1000)),
         gpu_hours=run.gpu_hours,
+        ttft_p50_ms=1000 * _percentile(ttft, 50),
         ttft_p95_ms=1000 * _percentile(ttft, 95),
         ttft_p99_ms=1000 * _percentile(ttft, 99),
         itl_p95_ms=itl_p95,

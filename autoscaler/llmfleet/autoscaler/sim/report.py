@@ -29,7 +29,8 @@ def title(comparison: Comparison) -> str:
         f"tokens. SLO: TTFT <= {slo.ttft_ms:g} ms, ITL (TPOT) <= {slo.itl_ms:g} ms, goal "
         f">= {GOAL:g}% of requests. Engine: 8B BF16 on H100, {model.max_batched_tokens} batched "
         f"tokens, {model.max_num_seqs} seqs, cold start {model.cold_start_s:g} s, spare "
-        f"promotion {model.promote_s:g} s. Static peak = {comparison.static_replicas} replicas; "
+        f"promotion {model.promote_s:g} s. Routing: {comparison.settings.routing}. "
+        f"Static peak = {comparison.static_replicas} replicas; "
         f"{_step(comparison)}{_prefix(comparison)}"
     )
 
@@ -170,6 +171,7 @@ def _row(m: PolicyMetrics) -> dict[str, Any]:
         "ttftAttainmentPct": _number(m.ttft_attainment),
         "itlAttainmentPct": _number(m.itl_attainment),
         "gpuHours": _number(m.gpu_hours),
+        "ttftP50Ms": _number(m.ttft_p50_ms),
         "ttftP95Ms": _number(m.ttft_p95_ms),
         "ttftP99Ms": _number(m.ttft_p99_ms),
         "itlP95Ms": _number(m.itl_p95_ms),
@@ -191,6 +193,7 @@ def as_json(comparison: Comparison) -> dict[str, Any]:
         "requests": len(trace.requests),
         "durationS": round(trace.duration, 3),
         "slo": {"ttftMs": settings.slo.ttft_ms, "itlMs": settings.slo.itl_ms, "goalPct": GOAL},
+        "routing": settings.routing,
         "engine": {
             "maxBatchedTokens": settings.model.max_batched_tokens,
             "maxNumSeqs": settings.model.max_num_seqs,

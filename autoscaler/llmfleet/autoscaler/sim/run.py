@@ -1,16 +1,17 @@
 """The replay loop: arrivals, autoscaler ticks and pod transitions in time order.
 
 Every event first advances every engine to its time, so routing and signals see the fleet as it
-is then. Requests go through the gateway's own routing pipeline (`llmfleet.gateway.routing`,
-the `prefix-load` profile): candidates are the serving pods with their queue, running count, KV
-usage and in-flight requests and tokens, read at the moment of routing (the gateway's in-flight
-counts are always current; its scraped figures would lag by up to a scrape). A Mooncake request's
-prefix key is the hash of its first 512-token block, the span the gateway hashes (8 blocks of 256
-characters, ~4 characters a token); Azure requests have none, so only the load scorers decide.
-With no pod serving the gateway holds requests until one is.
+is then. Requests go through the gateway's own routing pipeline (`llmfleet.gateway.routing`, the
+`prefix-load` profile unless `SimSettings.routing` names another): candidates are the serving
+pods with their queue, running count, KV usage and in-flight requests and tokens, read at the
+moment of routing (the gateway's in-flight counts are always current; its scraped figures would
+lag by up to a scrape). A Mooncake request's prefix key is the hash of its first 512-token
+block, the span the gateway hashes (8 blocks of 256 characters, ~4 characters a token); Azure
+requests have none, so only the load scorers decide. With no pod serving the gateway holds
+requests until one is.
 
-GPU-hours integrate the pods that exist from time 0 to the trace's last arrival (the same span for
-every policy); requests still running then are followed to the end (at most `drain_s`).
+GPU-hours integrate the pods that exist from time 0 to the trace's last arrival (the same span
+for every policy); requests still running then are followed to the end (at most `drain_s`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,22 @@ PREFIX_LOAD: Mapping[str, float] = {
 
 
 @dataclass(frozen=True)
+class RoutingProfile:
+    filters: tuple[str, ...]
+    scorers: Mapping[str, float]
+    picker: str
+
+
+ROUTING_PROFILES: Mapping[str, RoutingProfile] = {
+    "prefix-load": RoutingProfile(("healthy",), PREFIX_LOAD, "max-score"),
+    "least-loaded": RoutingProfile(("healthy",), {"least-loaded": 1.0}, "max-score"),
+    "round-robin": RoutingProfile(("healthy",), {}, "round-robin"),
+}
+"""The gateway's `DEFAULT_PROFILES`, spelt out here (the simulator may import the gateway's
+routing plugins, not its settings; `tests/autoscaler/sim/test_routing.py` checks they agree)."""
+
+
+@dataclass(frozen=True)
 class Slo:
     ttft_ms: float
     itl_ms: float
@@ -58,6 +75,8 @@ class SimSettings:
     mean_window_s: float = 300.0
     drain_s: float = 900.0
     seed: int = 0
+    routing: str = "prefix-load"
+    """The gateway routing profile requests go through (`ROUTING_PROFILES`)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +118,7 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     prefix = any(r.blocks for r in trace.requests)
     active, spares = controller.start()
     pool = Pool(model, recorder, prefix_cache=prefix, active=active, spares=spares)
-    gateway = _Gateway(trace, pool, seed=settings.seed)
+    gateway = _Gateway(trace, pool, seed=settings.seed, profile=ROUTING_PROFILES[settings.routing])
     meter = Meter(
         recorder, rate_window_s=settings.rate_window_s, mean_window_s=settings.mean_window_s
     )
@@ -167,10 +186,10 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
 class _Gateway:
     """Routes each request with the gateway's pipeline; holds them while no pod serves."""
 
-    def __init__(self, trace: Trace, pool: Pool, *, seed: int) -> None:
+    def __init__(self, trace: Trace, pool: Pool, *, seed: int, profile: RoutingProfile) -> None:
         self.pool = pool
         self.router = Scheduler.build(
-            ["healthy"], PREFIX_LOAD, "max-score", PluginOptions(seed=seed)
+            list(profile.filters), profile.scorers, profile.picker, PluginOptions(seed=seed)
         )
         self.seqs = [Seq(r) for r in trace.requests]
         self.keys = [
