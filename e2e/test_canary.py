@@ -20,24 +20,20 @@ analysing and deciding.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from e2e.conftest import start_system
 from e2e.system import LocalSystem, wait_for
 from llmfleet.crds import labels as L
-from tests.net import free_port, require_isolation
 
 pytestmark = pytest.mark.e2e
 
@@ -69,22 +65,10 @@ def service(value: str, engine_args: str = QUICK) -> str:
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    """The system with the operator pointed at its Prometheus. `llmfleet up` does not set
-    LLMFLEET_OPERATOR_PROMETHEUS_URL itself yet; its components inherit the environment."""
-    require_isolation()
-    state = tmp_path_factory.mktemp("state")
-    ports = {"gateway": free_port(), "prometheus": free_port()}
-    prometheus = f"http://127.0.0.1:{ports['prometheus']}"
-    env = {**os.environ, "LLMFLEET_STATE_DIR": str(state),
-           "LLMFLEET_OPERATOR_PROMETHEUS_URL": prometheus}  # fmt: skip
-    started = subprocess.run(
-        [sys.executable, "-m", "llmfleet.core.cli", "up", "--detach",
-         "--gateway-port", str(ports["gateway"]), "--prometheus-port", str(ports["prometheus"])],
-        env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    local = LocalSystem(Path(state), env, ports["gateway"], ports["prometheus"])
+    """A system of this module's own (`llmfleet up` gives the operator its Prometheus URL for
+    the analysis), with the canaried service applied and serving on two pods."""
+    local = start_system(tmp_path_factory.mktemp("state"))
     try:
-        assert started.returncode == 0, started.stderr[-2000:]
         local.kubectl("apply", "--server-side", "-f", "-", stdin=service("1"))
         local.wait_models([MODEL], timeout=180)
         wait_for(lambda: len(local.serving(NAME, "unified")) == 2 or None, 120, "2 serving pods")

@@ -199,6 +199,8 @@ class System:
             "LLMFLEET_OPERATOR_DRAIN_SECONDS": "15",
             "LLMFLEET_OPERATOR_RESYNC_SECONDS": "5",
             "LLMFLEET_OPERATOR_GATEWAY_URL": f"http://127.0.0.1:{self.ports.gateway}",
+            # Canary analysis asks the system's Prometheus (the chart's values do the same).
+            "LLMFLEET_OPERATOR_PROMETHEUS_URL": f"http://127.0.0.1:{self.ports.prometheus}",
         }
         self._wait_ready(
             self._child(
