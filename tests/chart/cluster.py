@@ -10,40 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
-from llmfleet.core.cluster.nodes import KWOK_ANNOTATION
+from llmfleet.core.cluster import nodes
+from llmfleet.core.local import components
 from tests.chart import helm
 from tests.cluster.kube import Kube
 
 CPU_NODE = "chart-cpu-0"
 
 
-def cpu_node(name: str = CPU_NODE) -> dict[str, Any]:
-    """A kwok node without GPUs or taints, where the components' pods are scheduled (the local
-    cluster's nodes all carry the GPU taint, which only GPU pods tolerate)."""
-    capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "type": "kwok",
-            },
-        },
-        "status": {"allocatable": dict(capacity), "capacity": capacity},
-    }
-
-
 @contextmanager
 def cpu_node_up(kube: Kube) -> Iterator[str]:
     """The CPU node for the duration of a module; removed after, so that other tests see only
     the GPU nodes they expect (the scheduler's messages count nodes)."""
-    node = cpu_node()
+    node = nodes.cpu_node(CPU_NODE)  # no GPUs, no taints: the components' pods land there
     kube.kubectl("apply", "-f", "-", stdin=json.dumps(node))
     kube.wait_for(
         lambda: kube.ok("wait", "--for=condition=Ready", f"node/{CPU_NODE}", "--timeout=5s"),
@@ -93,21 +74,12 @@ def uninstall(kube: Kube, release: str, namespace: str, *flags: str) -> None:
 
 def token_kubeconfig(kube: Kube, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig for the cluster that authenticates with a token of ServiceAccount
-    `namespace/account` (TokenRequest, as the kubelet mounts one in a pod): whatever a process
-    does with it, the API server allows only what that account's RBAC allows."""
-    token = kube.kubectl("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    `namespace/account` (TokenRequest, as the kubelet mounts one in a pod, and as the local pod
+    runner gives the chart's pods): whatever a process does with it, the API server allows only
+    what that account's RBAC allows."""
     admin = yaml.safe_load(kube.kubeconfig.read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
-    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
-        "current-context": account,
-    }
-    path.write_text(yaml.safe_dump(config))
+    core = client.CoreV1Api(kube.api())
+    path.write_text(yaml.safe_dump(components.token_kubeconfig(core, admin, namespace, account)))
     return path
 
 

@@ -22,16 +22,8 @@ from llmfleet.operator.failures import ChildFailure, child_key
 from llmfleet.operator.observed import Observed, ObservedChild
 from llmfleet.operator.pools import PodChange, PoolAssignment, draining
 from llmfleet.operator.prune import ours, prune
+from llmfleet.operator.rollout import Event
 from llmfleet.operator.settings import OperatorSettings
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to post on the service."""
-
-    reason: str
-    message: str
-    warning: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +107,7 @@ def desired(
     refused = {(failure.kind, failure.name) for failure in failures}
     deletions = [c for c in pruning.deletions if (c.kind, c.name) not in refused]
 
-    events: list[Event] = [Event(e.reason, e.message, e.warning) for e in rollout.events]
+    events: list[Event] = list(rollout.events)
     drain = settings.drain_seconds
     for pool, assignment in assignments.items():
         if assignment.promoted:

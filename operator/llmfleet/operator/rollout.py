@@ -111,6 +111,8 @@ class Actions:
 
 @dataclass(frozen=True)
 class Event:
+    """A Kubernetes Event to post on the service (the rollout's and the plan's)."""
+
     reason: str
     message: str
     warning: bool = False

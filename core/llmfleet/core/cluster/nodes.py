@@ -163,7 +163,15 @@ def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
         "ephemeral-storage": "1Ti",
         GPU_RESOURCE: str(gpus),
     }
-    return {
+    taint = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+    return _fake_node(name, labels, capacity, [taint])
+
+
+def _fake_node(
+    name: str, labels: dict[str, str], capacity: dict[str, str], taints: list[dict[str, str]]
+) -> dict[str, Any]:
+    """A Node kwok manages (its annotation), with its capacity all allocatable."""
+    node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -171,7 +179,6 @@ def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
             "labels": labels,
         },
-        "spec": {"taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}]},
         "status": {
             "allocatable": dict(capacity),
             "capacity": capacity,
@@ -183,37 +190,23 @@ def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
             },
         },
     }
+    if taints:
+        node["spec"] = {"taints": taints}
+    return node
 
 
 def cpu_node(name: str = "cpu-0") -> dict[str, Any]:
     """One fake node without GPUs or taints, where pods that ask for no GPU land (llmfleet's
     own components when `llmfleet up --chart` installs them from the Helm chart)."""
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "type": "kwok",
-                NODE_ROLE_LABEL: "cpu",
-            },
-        },
-        "status": {
-            "allocatable": dict(capacity),
-            "capacity": capacity,
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "kubeletVersion": "fake",
-                "kubeProxyVersion": "fake",
-            },
-        },
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        NODE_ROLE_LABEL: "cpu",
     }
+    return _fake_node(name, labels, capacity, [])
 
 
 def gpu_nodes(count: int, gpus_per_node: int, gpu_type_name: str) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,7 +32,8 @@ import yaml
 from kubernetes import client
 
 from llmfleet.core import loopback
-from llmfleet.core.local import podnet
+from llmfleet.core.local import podnet, processes
+from llmfleet.core.local.processes import RESTART_BACKOFF_MAX
 
 log = logging.getLogger("llmfleet.podrunner")
 
@@ -43,7 +43,6 @@ COMPONENTS = ("operator", "autoscaler", "gateway")
 SELECTOR = f"{COMPONENT_LABEL} in ({','.join(COMPONENTS)}),{NAME_LABEL}"
 TOKEN_SECONDS = 86_400
 """A day: the components read their kubeconfig once, and a local system rarely runs longer."""
-RESTART_BACKOFF_MAX = 10.0
 
 
 class PodSpecError(ValueError):
@@ -275,7 +274,7 @@ class ComponentRunner:
         code = component.process.returncode
         component.process = None
         component.restarts += 1
-        backoff = min(RESTART_BACKOFF_MAX, 2 ** min(component.restarts - 1, 4))
+        backoff = processes.restart_backoff(component.restarts)
         component.next_start = now + backoff
         component.error = f"exited with {code}"
         view = component.pod
@@ -284,15 +283,9 @@ class ComponentRunner:
                     component.log_path)  # fmt: skip
 
     def _stop(self, component: Component, why: str) -> None:
-        process = component.process
-        if process is not None and process.poll() is None:
+        if component.alive():
             log.info("%s/%s: stopping it (%s)", component.pod.namespace, component.pod.name, why)
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(self.stop_grace)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        processes.stop(component.process, self.stop_grace)
         component.process = None
 
     def _set_ready(self, component: Component) -> None:

@@ -44,8 +44,9 @@ from typing import Any
 from kubernetes import client
 
 from llmfleet.core.kube import api_client
-from llmfleet.core.local import engines, podnet
+from llmfleet.core.local import engines, podnet, processes
 from llmfleet.core.local.components import ComponentRunner
+from llmfleet.core.local.processes import RESTART_BACKOFF_MAX
 
 log = logging.getLogger("llmfleet.podrunner")
 
@@ -58,7 +59,6 @@ PROBE_TIMEOUT = 1.0
 FAILURE_SECONDS = 6.0
 """How long a ready engine's probes must fail before its pod turns not ready (a kubelet's
 readiness probe: 3 failures of a probe every 2 s, as the operator's pod template asks)."""
-RESTART_BACKOFF_MAX = 10.0
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ class PodRunner:
         view = engine.pod
         engine.process = None
         engine.restarts += 1
-        backoff = min(RESTART_BACKOFF_MAX, 2 ** min(engine.restarts - 1, 4))
+        backoff = processes.restart_backoff(engine.restarts)
         engine.next_start = now + backoff
         engine.last_error = f"engine exited with {code}"
         podnet.detach(view.ip)
@@ -308,14 +308,7 @@ class PodRunner:
         )  # fmt: skip
 
     def _kill(self, engine: Engine) -> None:
-        process = engine.process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(self.stop_grace)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        processes.stop(engine.process, self.stop_grace)
         engine.process = None
         podnet.detach(engine.pod.ip)
 

@@ -38,12 +38,10 @@ import yaml
 
 from llmfleet.core import loopback
 from llmfleet.core.cluster import LocalCluster, build, nodes
-from llmfleet.core.local import layout, podnet
+from llmfleet.core.local import layout, podnet, processes
 from llmfleet.core.local.podrunner import http_ok
 
 log = logging.getLogger("llmfleet.system")
-
-RESTART_BACKOFF_MAX = 10.0
 
 
 def say(kind: str, message: str = "") -> None:
@@ -74,15 +72,7 @@ class Child:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, grace: float = 15.0) -> None:
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        processes.stop(self.process, grace)
 
 
 class System:
@@ -346,7 +336,7 @@ class System:
                     code = child.process.returncode
                     child.process = None
                     child.restarts += 1
-                    backoff = min(RESTART_BACKOFF_MAX, 2 ** min(child.restarts - 1, 4))
+                    backoff = processes.restart_backoff(child.restarts)
                     child.next_start = now + backoff
                     log.warning("%s exited with %s; restarting in %.0fs", child.name, code, backoff)
                 if now >= child.next_start:
