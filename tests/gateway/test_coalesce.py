@@ -156,7 +156,9 @@ def test_fifty_identical_streams_get_byte_identical_chunks(slow_sim: Sim) -> Non
 
 def test_a_late_joiner_gets_the_chunks_already_sent_then_the_live_ones(sim_binary: Path) -> None:
     sim = Sim(sim_binary, MODEL, "--inter-token-latency", "100ms")
-    body = {**GREEDY, "max_tokens": 60, "stream": True}
+    # ignore_eos: the simulator otherwise picks a random length up to max_tokens (as short as
+    # 3 tokens), and a stream that is over before the second caller arrives has nothing to join
+    body = {**GREEDY, "max_tokens": 60, "stream": True, "ignore_eos": True}
     try:
         with gateway(_service(sim.url)) as server:
             url = f"{server.url}/v1/chat/completions"

@@ -52,7 +52,7 @@ def test_engine_killed_mid_stream_ends_the_stream_with_an_error_event(
     sim = Sim(sim_binary, MODEL, "--inter-token-latency", "200ms")
     try:
         with gateway(_one_pool(sim.url), upstream_client=upstream) as server:
-            body = {**BODY, "max_tokens": 100, "stream": True}
+            body = {**BODY, "max_tokens": 100, "stream": True, "ignore_eos": True}
             # the timeout is the no-hang guard: a hang fails the test with ReadTimeout
             with httpx.stream(
                 "POST", f"{server.url}/v1/chat/completions", json=body, timeout=10
