@@ -10,11 +10,12 @@ from llmfleet.autoscaler.sim.baselines import (
     AibrixKpa,
     DynamoPlanner,
     DynamoProfile,
-    KedaQueue,
-    LlmdSloRatio,
+    KedaInflight,
 )
+from llmfleet.autoscaler.sim.hpa import Behaviour, Policy
 from llmfleet.autoscaler.sim.model import EngineModel
-from llmfleet.autoscaler.sim.observe import Observation
+from llmfleet.autoscaler.sim.observe import Observation, PodView
+from llmfleet.autoscaler.sim.wva import LlmdWva
 
 BASE = Observation(
     now=0.0,
@@ -44,35 +45,99 @@ def at(t: float, **fields: float | int | None) -> Observation:
 
 
 @pytest.mark.parametrize(
-    ("waiting", "active", "expected"),
+    ("running", "waiting", "active", "expected"),
     [
-        pytest.param(40.0, 2, 6, id="up-to-ceil-waiting-over-5-capped-by-hpa-rate"),
-        pytest.param(10.5, 2, 2, id="within-hpa-tolerance"),
-        pytest.param(30.0, 4, 6, id="up-to-6"),
+        pytest.param(20.0, 10.0, 2, 6, id="30-in-flight-asks-10-hpa-allows-4-pods-per-15-s"),
+        pytest.param(6.0, 0.5, 2, 2, id="within-hpa-tolerance"),
+        pytest.param(12.0, 3.0, 4, 5, id="15-in-flight-over-3-is-5"),
     ],
 )
-def test_keda_scales_up_to_waiting_over_threshold(
-    waiting: float, active: int, expected: int
+def test_keda_scales_to_in_flight_over_target(
+    running: float, waiting: float, active: int, expected: int
 ) -> None:
-    keda = KedaQueue(active, threshold=5.0)
-    assert keda.decide(at(15.0, waiting=waiting, active=active)) == (expected, 0)
+    keda = KedaInflight(active, target=3.0)
+    assert keda.decide(at(15.0, running=running, waiting=waiting, active=active)) == (expected, 0)
 
 
-def test_keda_scales_down_only_after_the_300_s_cooldown() -> None:
-    keda = KedaQueue(1, threshold=5.0)
-    assert keda.decide(at(15.0, waiting=30.0, active=1))[0] == 5
-    timeline = [keda.decide(at(15.0 * k, waiting=0.0, active=5))[0] for k in range(2, 23)]
-    assert timeline[:19] == [5] * 19  # 15 s .. 300 s after the high recommendation
-    assert timeline[-1] == 1
+def test_keda_scales_down_only_after_the_hpa_300_s_stabilisation() -> None:
+    keda = KedaInflight(1, target=3.0)
+    assert keda.decide(at(15.0, running=12.0, active=1))[0] == 4
+    timeline = [keda.decide(at(15.0 * k, running=1.0, active=4))[0] for k in range(2, 22)]
+    assert timeline[:19] == [4] * 19  # 30 s .. 300 s: the 4 of 15 s is in the window
+    assert timeline[19] == 1
 
 
-def test_llmd_ratio_thresholds() -> None:
-    llmd = LlmdSloRatio(2, ttft_ms=1000, itl_ms=50, up_above=0.55, down_below=0.40)
-    assert llmd.decide(at(15.0, ttft_p95_ms=1100.0, itl_p95_ms=10.0))[0] == 4  # r=1.1 -> 2x
-    assert llmd.decide(at(30.0, ttft_p95_ms=500.0, itl_p95_ms=10.0, active=4))[0] == 4  # hold
-    # below 0.40: down by one, but only once the HPA's 300 s window forgets the 4
-    assert llmd.decide(at(45.0, ttft_p95_ms=100.0, itl_p95_ms=5.0, active=4))[0] == 4
-    assert llmd.decide(at(400.0, ttft_p95_ms=100.0, itl_p95_ms=5.0, active=4))[0] == 3
+MODEL = EngineModel().for_slo(50.0)
+PROMPT, OUTPUT = 2000.0, 50.0
+DERIVED = min(512 * OUTPUT / (PROMPT + OUTPUT), 444) * (PROMPT + OUTPUT / 2)
+"""WVA's k2 for this engine (batched-token budget 512, 444 sequences) and load: ~25,288 tokens."""
+INSTANT = Behaviour(0.0, (Policy("Pods", 100, 15),), 0.0, (Policy("Pods", 100, 15),))
+"""An HPA that follows WVA's desired replicas at once (to read the analyzer alone)."""
+
+
+def wva_at(t: float, pods: list[tuple[float, int]], *, active: int, ready: int) -> Observation:
+    views = tuple(PodView(waiting=w, running=0, kv_usage=kv) for kv, w in pods)
+    return at(
+        t,
+        active=active,
+        ready=ready,
+        mean_prompt_tokens=PROMPT,
+        mean_output_tokens=OUTPUT,
+        pods=views,  # type: ignore[arg-type]
+    )
+
+
+def test_wva_derives_k2_from_the_engine_budget() -> None:
+    assert MODEL.max_batched_tokens == 512
+    assert MODEL.max_num_seqs == 444
+    assert round(DERIVED) == 25288
+
+
+@pytest.mark.parametrize(
+    ("boundary", "expected"),
+    [
+        # 3 pods of 25,288 tokens hold 4,209 tokens each: demand 12,627.
+        pytest.param(0.15, 3, id="12627/0.15-needs-all-3"),
+        pytest.param(0.3, 2, id="12627/0.3-fits-in-2"),
+        pytest.param(0.7, 1, id="12627/0.7-fits-in-1"),
+    ],
+)
+def test_wva_scales_down_only_as_far_as_the_load_projected_onto_fewer_pods_fits(
+    boundary: float, expected: int
+) -> None:
+    wva = LlmdWva(3, MODEL, scale_down=boundary, hpa=INSTANT)
+    observation = wva_at(60.0, [(0.01, 0)] * 3, active=3, ready=3)
+    assert wva.decide(observation)[0] == expected
+
+
+def test_wva_scales_up_by_the_missing_capacity_counting_pending_pods() -> None:
+    # Queues at 10 >= 5: k2 is observed, the tokens in use (0.05 x 420,904 = 21,045); demand =
+    # 2 x (21,045 + 10 x 2,000) = 82,090; /0.85 = 96,576.
+    saturated = [(0.05, 10)] * 2
+    two = LlmdWva(2, MODEL, scale_up=0.85, hpa=INSTANT)
+    assert two.decide(wva_at(60.0, saturated, active=2, ready=2))[0] == 5  # +ceil(54,486/21,045)
+    three = LlmdWva(3, MODEL, scale_up=0.85, hpa=INSTANT)
+    assert three.decide(wva_at(60.0, saturated, active=3, ready=2))[0] == 5  # one is pending
+
+
+def test_wva_remembers_the_observed_k2_once_the_queue_is_gone() -> None:
+    # 5 calm pods at 0.021 x 420,904 = 8,839 tokens: demand 44,195, / 0.5 = 88,390. With the
+    # derived 25,288 a pod, 5 x 25,288 - 88,390 leaves room to drop one; with the 21,045
+    # observed under a queue a minute earlier, it does not.
+    calm = [(0.021, 0)] * 5
+    fresh = LlmdWva(5, MODEL, scale_down=0.5, hpa=INSTANT)
+    assert fresh.decide(wva_at(60.0, calm, active=5, ready=5))[0] == 4
+    learnt = LlmdWva(2, MODEL, scale_down=0.5, hpa=INSTANT)
+    learnt.decide(wva_at(60.0, [(0.05, 10)] * 2, active=2, ready=2))
+    assert learnt.decide(wva_at(120.0, calm, active=5, ready=5))[0] == 5
+
+
+def test_wva_acts_every_minute_through_its_hpa_240_s_stabilisation() -> None:
+    wva = LlmdWva(2, MODEL, scale_up=0.85)
+    saturated = [(0.05, 10)] * 2
+    timeline = [wva.decide(wva_at(15.0 * k, saturated, active=2, ready=2))[0] for k in range(1, 21)]
+    assert timeline[:18] == [2] * 18  # WVA asks 5 from 60 s; the HPA keeps the 2 of 15-45 s
+    assert timeline[18] == 5  # 285 s: the last 2 (45 s) has left the 240 s window
 
 
 def test_dynamo_acts_every_180_s_on_the_last_interval_mean() -> None:

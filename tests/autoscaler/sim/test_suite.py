@@ -86,7 +86,7 @@ def test_the_cli_runs_the_suite_with_a_summary(tmp_path: Path) -> None:
     ]
     path.write_text("\n".join(lines) + "\n")
     result = CliRunner().invoke(
-        app, [str(path), "--suite", "robust", "-p", "llmfleet", "-p", "keda-queue", "--quiet"]
+        app, [str(path), "--suite", "robust", "-p", "llmfleet", "-p", "keda-inflight", "--quiet"]
     )
     assert result.exit_code == 0, result.output
     for name in ("speed x8", "prompts x0.5", "idle -> busiest", "step x4", "ramp over 1 h"):

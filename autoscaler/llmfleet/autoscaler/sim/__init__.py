@@ -8,6 +8,6 @@ fleet), `profile` (the capacity profile and replica sizing), `compare` (all poli
 trace), `report` (tables, JSON, plots), `cli`.
 """
 
-POLICIES = ("llmfleet", "static-peak", "keda-queue", "llm-d-slo", "dynamo-planner", "aibrix-kpa")
+POLICIES = ("llmfleet", "static-peak", "keda-inflight", "llm-d-wva", "dynamo-planner", "aibrix-kpa")
 """Our policy, then the baselines, in the order the tables show them (here, not in `compare`, so
 that the CLI names them without importing the simulator)."""

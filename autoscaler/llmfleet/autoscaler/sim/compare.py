@@ -32,8 +32,7 @@ from llmfleet.autoscaler.sim.baselines import (
     AibrixKpa,
     DynamoPlanner,
     DynamoProfile,
-    KedaQueue,
-    LlmdSloRatio,
+    KedaInflight,
     StaticPeak,
 )
 from llmfleet.autoscaler.sim.controller import Controller
@@ -43,6 +42,7 @@ from llmfleet.autoscaler.sim.profile import engine_profile, replicas_for, window
 from llmfleet.autoscaler.sim.run import RunResult, SimSettings, simulate
 from llmfleet.autoscaler.sim.steps import Step, largest_step, time_to_capacity
 from llmfleet.autoscaler.sim.traces import Trace, prefix_upper_bound
+from llmfleet.autoscaler.sim.wva import LlmdWva
 from llmfleet.core.errors import UserError
 from llmfleet.crds.spec import SloSpec
 
@@ -200,10 +200,8 @@ def compare(
             PolicyConfig(latency_quantile=GOAL / 100, horizon_s=settings.model.cold_start_s),
         ),
         "static-peak": lambda: StaticPeak(static),
-        "keda-queue": lambda: KedaQueue(initial, min_replicas=floor, max_replicas=cap),
-        "llm-d-slo": lambda: LlmdSloRatio(
-            initial, ttft_ms=ttft_ms, itl_ms=itl_ms, min_replicas=floor, max_replicas=cap
-        ),
+        "keda-inflight": lambda: KedaInflight(initial, min_replicas=floor, max_replicas=cap),
+        "llm-d-wva": lambda: LlmdWva(initial, settings.model, min_replicas=floor, max_replicas=cap),
         "dynamo-planner": lambda: DynamoPlanner(
             initial,
             DynamoProfile(settings.model),
