@@ -102,13 +102,24 @@ class RecordingKube:
 class Signals:
     def __init__(self) -> None:
         self.by_pool: dict[str, PoolSignals] = {}
+        self.gauges: dict[str, PoolSignals] = {}
         self.down = False
+        self.reads: list[str] = []
 
     def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
+        self.reads.append("full")
         if self.down:
             # as long-winded as urllib3's own errors
             raise ConnectionError("Prometheus at http://127.0.0.1:1: " + "refused; " * 100)
         return dict(self.by_pool)
+
+    def read_gauges(
+        self, namespace: str, service: str, pools: Sequence[str]
+    ) -> dict[str, PoolSignals]:
+        self.reads.append("gauges")
+        if self.down:
+            raise ConnectionError("Prometheus at http://127.0.0.1:1: refused")
+        return dict(self.gauges)
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -162,6 +173,39 @@ def test_a_load_step_writes_a_larger_count_with_its_reason_and_an_event() -> Non
     assert kube.events == [f"Scaled: unified: 1 -> 4 serving replicas: {decided['reason']}"]
     labels = {"namespace": "ns", "service": "svc", "pool": "unified", "direction": "up"}
     assert sample(scaler, "llmfleet_autoscaler_scale_events_total", **labels) == 1
+
+
+def test_a_fast_pass_writes_a_scale_up_from_fresh_gauges_and_nothing_else() -> None:
+    kube, source = RecordingKube(body(), serving(2)), Signals()
+    scaler = autoscaler(kube, source)
+    # before any full pass there is nothing to update: the fast pass reads nothing
+    assert scaler.run_fast(at(0)) == []
+    assert source.reads == []
+
+    source.by_pool["unified"] = signals(8.0, seconds=0)  # 80 streams at 64 a replica: 2
+    scaler.run_once(at(0))
+    writes = len(kube.writes)
+    state = scaler.states["u1"]
+
+    # 5 s later the gauges show the queue building (the rates are the full pass's still)
+    source.gauges["unified"] = signals(0.0, seconds=5, waiting=20.0)
+    (outcome,) = scaler.run_fast(at(5))
+    decided = kube.writes[-1]["pools"]["unified"]
+    assert outcome.written
+    assert len(kube.writes) == writes + 1
+    assert decided["active"] == 3
+    assert decided["reason"].startswith("fast pass: scale up 2 -> 3")
+    assert scaler.states["u1"] is state  # learnt and forecast by full passes only
+    assert source.reads == ["full", "gauges"]
+
+    # an empty queue: the fast pass holds (never down) and writes nothing
+    kube.pods = serving(3)
+    source.gauges["unified"] = signals(0.0, seconds=10)
+    (held,) = scaler.run_fast(at(10))
+    assert not held.written
+    assert held.decision.pools["unified"].active == 3
+    assert len(kube.writes) == writes + 1
+    assert sample(scaler, "llmfleet_autoscaler_pass_seconds_count", **{"pass": "fast"}) == 3
 
 
 def test_an_unchanged_decision_is_rewritten_only_when_the_refresh_is_due() -> None:

@@ -41,24 +41,43 @@ class Measured:
     during: PoolSignals | None = None
     busiest: PoolSignals | None = None
     """The snapshot with the most waiting requests while the load ran."""
+    gauges: PoolSignals | None = None
+    """The fast pass's read (`read_gauges`) with the most waiting requests while the load ran."""
 
 
 def _drive(signals: PrometheusSignals, decode: list[Engine]) -> Measured:
     """Run the load for a rate window and more, reading the decode pool twice a second."""
     load = Load(decode)
     busiest: PoolSignals | None = None
+    gauges: PoolSignals | None = None
     with load.running():
         started_at = time.monotonic()
         while time.monotonic() - started_at < WINDOW_S + 2:
             snapshot = _read(signals, "decode")
             if snapshot and snapshot.waiting > (busiest.waiting if busiest else -1):
                 busiest = snapshot
+            fast = signals.read_gauges("ns", "chat", ["decode"]).get("decode")
+            if fast and fast.waiting > (gauges.waiting if gauges else -1):
+                gauges = fast
             time.sleep(0.5)
         during = _read(signals, "decode")
         now = time.monotonic()
         # Prometheus' newest sample is up to a scrape (1 s) behind.
         sent_rate = load.rate(now - WINDOW_S - 1, now - 1)
-    return Measured(load, sent_rate, during, busiest)
+    return Measured(load, sent_rate, during, busiest, gauges)
+
+
+def _assert_fast_gauges(gauges: PoolSignals | None) -> None:
+    """The fast pass's read: the same instant values as the full read, nothing windowed."""
+    assert gauges is not None
+    assert gauges.running >= 2
+    assert gauges.waiting >= 1
+    assert gauges.kv_cache_usage is not None
+    assert 0 < gauges.kv_cache_usage <= 1
+    assert (gauges.request_rate, gauges.prompt_tokens_rate, gauges.mean_prompt_tokens) == (0, 0, 0)
+    assert gauges.ttft_p95_ms is None
+    assert gauges.ttft_histogram is None
+    assert gauges.peak_prompt_tokens_rate is None
 
 
 def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
@@ -113,6 +132,7 @@ def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
     assert busiest.waiting >= 1
     assert busiest.kv_cache_usage is not None
     assert 0 < busiest.kv_cache_usage <= 1
+    _assert_fast_gauges(measured.gauges)
     assert after.ttft_p95_ms is not None
     assert 80 < after.ttft_p95_ms <= 100
     assert after.itl_p95_ms is not None

@@ -8,10 +8,12 @@ profile: rate r needs max(ceil(r/8), ceil(10 r/64)) replicas (prefill at 8,000 t
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from llmfleet.autoscaler import PolicyState, PoolState, decide
+from llmfleet.autoscaler.policy import decide_fast
 from tests.autoscaler.builders import at, inputs, pool, signals, spec
 
 Step = tuple[float, float, int, str]
@@ -88,8 +90,21 @@ def test_burst_holds_a_due_scale_down() -> None:
     decision = decide(inputs(spec(), unified=pool(4, signals(8))), state, at(0))
 
     assert decision.pools["unified"].active == 4
-    assert "holding 4 during a burst" in decision.pools["unified"].reason
-    assert decision.state.pools["unified"].low_since is None
+    assert "holding 4 during a burst (load fits in 2)" in decision.pools["unified"].reason
+    # The burst holds the scale-down but keeps its window: a pool that bursts every few
+    # minutes must not stay at an old peak for as long as its bursts go on.
+    assert decision.state.pools["unified"].low_since == at(-400)
+    assert decision.state.pools["unified"].low_peak == 2
+
+    # Once the burst has passed (2/s again, both averages settled), the due scale-down
+    # happens at once, to the highest need the window saw, the burst's included.
+    calm = PolicyState(
+        {"unified": replace(decision.state.pools["unified"], short_rate=2.0, long_rate=2.0)}
+    )
+    after = decide(inputs(spec(), unified=pool(4, signals(2, seconds=15))), calm, at(15))
+
+    assert after.pools["unified"].active == 2
+    assert "scale down 4 -> 2" in after.pools["unified"].reason
 
 
 def test_one_latency_sample_corrects_capacity_once() -> None:
@@ -126,3 +141,32 @@ def test_correction_holds_near_the_target_and_recovers_by_time_when_comfortable(
     expected = 1 - 0.5 * math.exp(-60 / 600)
     assert once.pools["unified"].correction == pytest.approx(expected)
     assert stepped.pools["unified"].correction == pytest.approx(expected)
+
+
+def test_fast_pass_scales_up_on_a_queue_and_learns_nothing() -> None:
+    # 8/s steady at 2 (streams 80/64 -> 2). The gauges now show 20 requests of 1,000 tokens
+    # queued: clearing them within 1.8 s adds 11,111 tok/s to the 8,000 arriving, 19,111/8,003
+    # -> 3 replicas, on this pass rather than the next full one.
+    state = PolicyState(
+        {"unified": PoolState(updated_at=at(0), short_rate=8.0, long_rate=8.0, correction=0.9)}
+    )
+    queued = signals(8, waiting=20.0)
+
+    decision = decide_fast(inputs(spec(), unified=pool(2, queued)), state, at(5))
+
+    assert decision.pools["unified"].active == 3
+    assert decision.pools["unified"].reason.startswith("fast pass: scale up 2 -> 3")
+    assert "for the 20 queued requests" in decision.pools["unified"].reason
+    assert decision.state == state
+
+
+def test_fast_pass_never_scales_down() -> None:
+    # 6 run where 8/s needs 2: the full pass would start the scale-down window; the fast pass
+    # keeps the count and leaves the window to the full pass.
+    state = PolicyState({"unified": PoolState(updated_at=at(0), short_rate=8.0, long_rate=8.0)})
+
+    decision = decide_fast(inputs(spec(), unified=pool(6, signals(8))), state, at(5))
+
+    assert (decision.pools["unified"].active, decision.pools["unified"].spares) == (6, 0)
+    assert decision.pools["unified"].reason == "fast pass: holding 6"
+    assert decision.state == state

@@ -230,7 +230,7 @@ class ControlPlane:
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(0.2):
             self.operator.reconcile_seconds.labels(NAMESPACE, SERVICE, "ok").observe(0.02)
-            self.autoscaler.pass_seconds.observe(0.05)
+            self.autoscaler.pass_seconds.labels("full").observe(0.05)
 
 
 def stream_load(url: str, model: str, stop: threading.Event) -> None:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from llmfleet.autoscaler.settings import AutoscalerSettings
 from llmfleet.core.options import given
+
+if TYPE_CHECKING:
+    from llmfleet.autoscaler.loop import Outcome
 
 # The Kubernetes and Prometheus clients and the policy are imported by `run`, not here:
 # `llmfleet --help` loads this module to list the command and must stay fast.
@@ -115,24 +119,34 @@ def run(
         status_refresh_seconds=settings.status_refresh_seconds,
     )
     log.info(
-        "sizing %s every %g s from %s (%d capacity profiles)",
+        "sizing %s every %g s (fast passes every %g s) from %s (%d capacity profiles)",
         ", ".join(settings.namespaces) or "all namespaces",
         settings.interval_seconds,
+        settings.fast_interval_seconds,
         settings.prometheus_url,
         len(profiles),
     )
+    fast = settings.fast_interval_seconds
     while True:
         started = time.monotonic()
-        try:
-            for outcome in autoscaler.run_once(datetime.now(UTC)):
-                if outcome.written:
-                    pools = ", ".join(
-                        f"{pool} {p.active}+{p.spares}"
-                        for pool, p in outcome.decision.pools.items()
-                    )
-                    log.info("%s/%s: %s", outcome.namespace, outcome.name, pools)
-        except Exception:  # the API server may be briefly away; the next pass tries again
-            log.exception("autoscaler pass failed")
+        _log_pass(autoscaler.run_once, "autoscaler pass")
         if once:
             return
-        time.sleep(max(settings.interval_seconds - (time.monotonic() - started), 0.0))
+        # Fast passes until the next full one is due (none when disabled or not shorter).
+        due = started + settings.interval_seconds
+        while 0 < fast < settings.interval_seconds and time.monotonic() + fast < due:
+            time.sleep(fast)
+            _log_pass(autoscaler.run_fast, "autoscaler fast pass")
+        time.sleep(max(due - time.monotonic(), 0.0))
+
+
+def _log_pass(run_pass: Callable[[datetime], list[Outcome]], what: str) -> None:
+    try:
+        for outcome in run_pass(datetime.now(UTC)):
+            if outcome.written:
+                pools = ", ".join(
+                    f"{pool} {p.active}+{p.spares}" for pool, p in outcome.decision.pools.items()
+                )
+                log.info("%s/%s: %s", outcome.namespace, outcome.name, pools)
+    except Exception:  # the API server may be briefly away; the next pass tries again
+        log.exception("%s failed", what)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -29,7 +29,7 @@ from llmfleet.autoscaler.inputs import (
 from llmfleet.autoscaler.kube import Kube
 from llmfleet.autoscaler.metrics import AutoscalerMetrics
 from llmfleet.autoscaler.pods import PodView, pool_pods
-from llmfleet.autoscaler.policy import decide
+from llmfleet.autoscaler.policy import decide, decide_fast
 from llmfleet.core.capacity_profile import CapacityProfile
 from llmfleet.crds.inference_service import AutoscalingStatus, InferenceServiceSpec
 
@@ -42,6 +42,13 @@ class SignalSource(Protocol):
     def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
         """Signals per pool of one service; a pool without series is absent. Raises when the
         metrics backend cannot be asked (the caller then holds every pool)."""
+        ...
+
+    def read_gauges(
+        self, namespace: str, service: str, pools: Sequence[str]
+    ) -> dict[str, PoolSignals]:
+        """Only the instant gauges (running, waiting, KV-cache usage, their sample time), for
+        the fast pass; raises as `read` does."""
         ...
 
 
@@ -87,8 +94,19 @@ class Autoscaler:
         self.config = config or PolicyConfig()
         self.status_refresh_seconds = status_refresh_seconds
         self.states: dict[str, PolicyState] = {}
+        self.last_signals: dict[str, Mapping[str, PoolSignals]] = {}
+        """The last full pass's signals per service uid: what a fast pass updates the gauges of."""
 
     def run_once(self, now: datetime) -> list[Outcome]:
+        """The full pass: every signal, the policy's learning and every scaling direction."""
+        return self._pass(now, fast=False)
+
+    def run_fast(self, now: datetime) -> list[Outcome]:
+        """The fast pass between full ones (`policy.decide_fast`): fresh gauges on the last
+        full pass's rates, scale-ups only. A service no full pass has read yet is skipped."""
+        return self._pass(now, fast=True)
+
+    def _pass(self, now: datetime, *, fast: bool) -> list[Outcome]:
         started = time.perf_counter()
         try:
             services = self.kube.list_services()
@@ -108,8 +126,10 @@ class Autoscaler:
             uid = str(metadata.get("uid", ""))
             seen.add(uid)
             key = (metadata["namespace"], metadata["name"])
+            if fast and uid not in self.last_signals:
+                continue
             try:
-                outcome = self._service(body, pods.get(key, []), now)
+                outcome = self._service(body, pods.get(key, []), now, fast=fast)
             except Exception:
                 log.exception("autoscaling %s/%s failed", *key)
                 self.metrics.errors.labels("write").inc()
@@ -118,10 +138,16 @@ class Autoscaler:
                 outcomes.append(outcome)
         for uid in set(self.states) - seen:
             del self.states[uid]
-        self.metrics.pass_seconds.observe(time.perf_counter() - started)
+        for uid in set(self.last_signals) - seen:
+            del self.last_signals[uid]
+        self.metrics.pass_seconds.labels("fast" if fast else "full").observe(
+            time.perf_counter() - started
+        )
         return outcomes
 
-    def _service(self, body: dict[str, Any], pods: list[PodView], now: datetime) -> Outcome | None:
+    def _service(
+        self, body: dict[str, Any], pods: list[PodView], now: datetime, *, fast: bool
+    ) -> Outcome | None:
         metadata = body["metadata"]
         namespace, name, uid = metadata["namespace"], metadata["name"], str(metadata.get("uid"))
         try:
@@ -134,7 +160,13 @@ class Autoscaler:
 
         pools = list(spec.pools())
         try:
-            signals: Mapping[str, PoolSignals] = self.signals.read(namespace, name, pools)
+            if fast:
+                signals = _with_gauges(
+                    self.last_signals[uid], self.signals.read_gauges(namespace, name, pools)
+                )
+            else:
+                signals = self.signals.read(namespace, name, pools)
+                self.last_signals[uid] = signals
             missing_cause, missing = "no-series", ""
         except Exception as error:  # the backend is down: every pool holds (fail-static)
             log.warning("signals for %s/%s unavailable: %s", namespace, name, error)
@@ -151,8 +183,12 @@ class Autoscaler:
                 for pool in pools
             },
         )
-        decision = decide(inputs, self.states.get(uid, PolicyState()), now, self.config)
-        self.states[uid] = decision.state
+        state = self.states.get(uid, PolicyState())
+        if fast:
+            decision = decide_fast(inputs, state, now, self.config)
+        else:
+            decision = decide(inputs, state, now, self.config)
+            self.states[uid] = decision.state
 
         status = decision.status()
         for pool, plan in decision.pools.items():
@@ -164,7 +200,9 @@ class Autoscaler:
         self.metrics.limited.labels(namespace, name).set(1 if decision.limited else 0)
 
         last = _parse_time(current.last_decision_time) if current else None
-        due = last is None or (now - last).total_seconds() >= self.status_refresh_seconds
+        due = not fast and (
+            last is None or (now - last).total_seconds() >= self.status_refresh_seconds
+        )
         if _counts(current) == _counts(status) and not due:
             return Outcome(namespace, name, decision, written=False)
 
@@ -199,3 +237,21 @@ class Autoscaler:
             log.warning(
                 "%s/%s limited: %s", metadata["namespace"], metadata["name"], decision.message
             )
+
+
+def _with_gauges(
+    full: Mapping[str, PoolSignals], gauges: Mapping[str, PoolSignals]
+) -> dict[str, PoolSignals]:
+    """The full pass's signals with the fresh gauges; a pool without fresh gauges is absent (the
+    fast pass then holds it). The sample time stays the full pass's, so the policy neither
+    learns from nor forecasts on a fast read."""
+    return {
+        pool: replace(
+            signals,
+            running=gauges[pool].running,
+            waiting=gauges[pool].waiting,
+            kv_cache_usage=gauges[pool].kv_cache_usage,
+        )
+        for pool, signals in full.items()
+        if pool in gauges
+    }

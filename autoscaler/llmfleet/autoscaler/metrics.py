@@ -43,7 +43,9 @@ class AutoscalerMetrics:
         )
         self.pass_seconds = Histogram(
             "llmfleet_autoscaler_pass_seconds",
-            "Duration of one pass over every autoscaled service.",
+            "Duration of one pass over every autoscaled service, by pass (full: every signal "
+            "and direction; fast: the gauges between full passes, scale-ups only).",
+            ["pass"],
             buckets=(0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30),
             registry=self.registry,
         )

@@ -102,6 +102,34 @@ def decide(
     return Decision(plans, PolicyState(states), now)
 
 
+def decide_fast(
+    inputs: ServiceInputs,
+    state: PolicyState,
+    now: datetime,
+    config: PolicyConfig | None = None,
+) -> Decision:
+    """The fast pass between full passes: scale up only, never learn, never start a window.
+
+    `inputs` carry the last full pass's rates and latencies with fresh gauges (running and
+    waiting requests, KV-cache usage, pod counts) read every few seconds. A queue the pool cannot
+    clear within the TTFT target (the prefill need's backlog term) then sizes the pool on the
+    tick that sees it, instead of up to one full interval later; warm spares are promoted first.
+    Every pool whose full decision would not grow keeps its counts, and the state passed in is
+    the state returned: the full pass alone learns, forecasts and scales down."""
+    full = decide(inputs, state, now, config)
+    plans: dict[str, PoolDecision] = {}
+    for name, plan in full.pools.items():
+        pool = inputs.pools.get(name)
+        if pool is None or plan.active <= pool.pods.active:
+            current = pool.pods if pool is not None else None
+            active = current.active if current is not None else plan.active
+            spares = current.spares if current is not None else plan.spares
+            plans[name] = PoolDecision(active, spares, f"fast pass: holding {active}")
+        else:
+            plans[name] = replace(plan, reason=f"fast pass: {plan.reason}")
+    return Decision(plans, state, now)
+
+
 def _pool(
     name: str,
     pool_spec: PoolSpec,
@@ -314,11 +342,16 @@ def _step(
         return PoolDecision(target, 0, f"scale up {current} -> {target}: {why}"), None, 0
     if target == current:
         return PoolDecision(current, 0, f"steady at {current}: {why}"), None, 0
-    if burst:
-        return PoolDecision(current, 0, f"holding {current} during a burst: {why}"), None, 0
     low_since = state.low_since or now
     low_peak = max(state.low_peak if state.low_since else 0, target)
     waited = (now - low_since).total_seconds()
+    if burst:
+        # NOTE: a burst the pool is already big enough for holds the scale-down but does not
+        # restart its window (a trace with a burst every few minutes would otherwise keep a
+        # pool sized for an old peak for as long as the bursts go on); its need joins the peak
+        # the window will scale down to.
+        reason = f"holding {current} during a burst (load fits in {target}): {why}"
+        return PoolDecision(current, 0, reason), low_since, low_peak
     if waited >= window:
         reason = (
             f"scale down {current} -> {low_peak}: load fits in fewer for {waited:.0f} s "

@@ -22,6 +22,11 @@ class AutoscalerSettings(LoopbackSettings):
     """Namespaces whose InferenceServices to size; all namespaces when empty."""
     interval_seconds: float = Field(default=15.0, gt=0)
     """Seconds between passes: one Prometheus scrape interval, as the ServiceMonitor sets it."""
+    fast_interval_seconds: float = Field(default=5.0, ge=0)
+    """Seconds between fast passes (0: none): the engines' running and waiting requests and KV
+    usage only, on the last full pass's rates, and scale-ups only (`policy.decide_fast`), so a
+    surge is met up to one full interval sooner. The gauges are as fresh as the engines' scrape
+    interval; `llmfleet sim` measures what it buys (docs/autoscaling.md)."""
     rate_window: str = "1m"
     """PromQL range of the rates and latency quantiles (at least 4 scrape intervals)."""
     peak_window: str = "30s"

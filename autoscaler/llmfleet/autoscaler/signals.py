@@ -218,6 +218,16 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
     }
 
 
+GAUGES = ("observed_at", "running", "waiting", "kv_cache_usage")
+"""The signals a fast pass reads (`PrometheusSignals.read_gauges`): instant values, no window."""
+
+
+def gauge_queries(match: str) -> dict[str, str]:
+    """The instant gauges of `signal_queries`, for the fast pass (pure)."""
+    every = signal_queries(QueryOptions(), match)
+    return {name: every[name] for name in GAUGES}
+
+
 def combined_query(queries: Mapping[str, str]) -> str:
     """All signals in one expression, each result tagged with `llmfleet_signal` (pure)."""
     return "\nor\n".join(
@@ -329,24 +339,39 @@ class PrometheusSignals:
         self, namespace: str | None = None, service: str | None = None
     ) -> dict[PoolKey, PoolSignals]:
         """Every present pool (of one namespace / service when given), in one HTTP call."""
-        query = combined_query(signal_queries(self.options, matchers(namespace, service)))
+        return self._query(signal_queries(self.options, matchers(namespace, service)))
+
+    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
+        """Signals per pool of one service (one HTTP call); a pool without series is absent."""
+        return _of(self.read_all(namespace, service), namespace, service, pools)
+
+    def read_gauges(
+        self, namespace: str, service: str, pools: Sequence[str]
+    ) -> dict[str, PoolSignals]:
+        """Only the instant gauges per pool (running, waiting, KV-cache usage and their sample
+        time), one small query: the fast pass's read. The other fields are zero or None."""
+        found = self._query(gauge_queries(matchers(namespace, service)))
+        return _of(found, namespace, service, pools)
+
+    def _query(self, queries: Mapping[str, str]) -> dict[PoolKey, PoolSignals]:
         try:
             if self._guard is not None:
                 self._guard.check_url(self.url, "prometheus")
-            result = self._client.custom_query(query)
+            result = self._client.custom_query(combined_query(queries))
             return parse(result)
         except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:
             # OSError covers requests' errors (connection refused, timeout, bad JSON).
             raise SignalsUnavailable(f"Prometheus at {self.url}: {_cause(error)}") from error
 
-    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
-        """Signals per pool of one service (one HTTP call); a pool without series is absent."""
-        found = self.read_all(namespace, service)
-        return {
-            key.pool: signals
-            for key, signals in found.items()
-            if key.pool in pools and (key.namespace, key.service) == (namespace, service)
-        }
-
     def close(self) -> None:
         self._client.close()
+
+
+def _of(
+    found: Mapping[PoolKey, PoolSignals], namespace: str, service: str, pools: Sequence[str]
+) -> dict[str, PoolSignals]:
+    return {
+        key.pool: signals
+        for key, signals in found.items()
+        if key.pool in pools and (key.namespace, key.service) == (namespace, service)
+    }

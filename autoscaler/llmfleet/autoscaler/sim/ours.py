@@ -5,6 +5,7 @@ percentile to the experiment's goal and the forecast horizon to the engine's col
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from llmfleet.autoscaler.inputs import (
@@ -15,13 +16,15 @@ from llmfleet.autoscaler.inputs import (
     PoolSignals,
     ServiceInputs,
 )
-from llmfleet.autoscaler.policy import decide
+from llmfleet.autoscaler.policy import decide, decide_fast
 from llmfleet.autoscaler.sim.observe import Observation
 from llmfleet.core.capacity_profile import CapacityProfile
 from llmfleet.crds.inference_service import InferenceServiceSpec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated second 0 as the policy's wall clock."""
+FAST_INTERVAL_S = 5.0
+"""The fast pass's period (production: `AutoscalerSettings.fast_interval_seconds`)."""
 
 
 def service_spec(
@@ -70,11 +73,15 @@ class OurPolicy:
         spec: InferenceServiceSpec,
         profile: CapacityProfile,
         config: PolicyConfig | None = None,
+        *,
+        fast_interval_s: float = FAST_INTERVAL_S,
     ) -> None:
         self.spec = spec
         self.profile = profile
         self.config = config or PolicyConfig()
         self.state = PolicyState()
+        self.fast_interval_s = fast_interval_s
+        self._signals: PoolSignals | None = None
 
     def start(self) -> tuple[int, int]:
         pool = self.spec.pools()["unified"]
@@ -97,14 +104,32 @@ class OurPolicy:
             ttft_histogram=observation.ttft_histogram,
             itl_histogram=observation.itl_histogram,
         )
+        self._signals = signals
+        decision = decide(self._inputs(signals, observation), self.state, now, self.config)
+        self.state = decision.state
+        pool = decision.pools["unified"]
+        return pool.active, pool.spares
+
+    def decide_fast(self, observation: Observation) -> tuple[int, int]:
+        """The fast pass: the last full tick's rates and latencies with this moment's gauges."""
+        if self._signals is None:
+            return observation.active, observation.spares
+        now = T0 + timedelta(seconds=observation.now)
+        signals = replace(
+            self._signals,
+            running=observation.running,
+            waiting=observation.waiting,
+            kv_cache_usage=observation.kv_cache_usage,
+        )
+        decision = decide_fast(self._inputs(signals, observation), self.state, now, self.config)
+        pool = decision.pools["unified"]
+        return pool.active, pool.spares
+
+    def _inputs(self, signals: PoolSignals, observation: Observation) -> ServiceInputs:
         pods = PoolPods(
             active=observation.active,
             spares=observation.spares,
             ready=observation.ready,
             starting=observation.starting,
         )
-        inputs = ServiceInputs(self.spec, {"unified": PoolInputs(pods, signals, self.profile)})
-        decision = decide(inputs, self.state, now, self.config)
-        self.state = decision.state
-        pool = decision.pools["unified"]
-        return pool.active, pool.spares
+        return ServiceInputs(self.spec, {"unified": PoolInputs(pods, signals, self.profile)})

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmfleet.autoscaler.sim.controller import Controller
+from llmfleet.autoscaler.sim.controller import Controller, FastPath
 from llmfleet.autoscaler.sim.engine import Recorder, Seq
 from llmfleet.autoscaler.sim.fleet import PodState, Pool
 from llmfleet.autoscaler.sim.model import EngineModel
-from llmfleet.autoscaler.sim.observe import Meter
+from llmfleet.autoscaler.sim.observe import Meter, Observation
 from llmfleet.autoscaler.sim.traces import Trace
 from llmfleet.gateway.routing.base import Candidate, RoutingRequest
 from llmfleet.gateway.routing.prefix_affinity import stable_hash
@@ -114,10 +114,9 @@ class RunResult:
 def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> RunResult:
     started = time.perf_counter()
     recorder = Recorder()
-    model = settings.model
-    prefix = any(r.blocks for r in trace.requests)
     active, spares = controller.start()
-    pool = Pool(model, recorder, prefix_cache=prefix, active=active, spares=spares)
+    prefix = any(r.blocks for r in trace.requests)
+    pool = Pool(settings.model, recorder, prefix_cache=prefix, active=active, spares=spares)
     gateway = _Gateway(trace, pool, seed=settings.seed, profile=ROUTING_PROFILES[settings.routing])
     meter = Meter(
         recorder, rate_window_s=settings.rate_window_s, mean_window_s=settings.mean_window_s
@@ -127,12 +126,12 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     timeline: list[TimelinePoint] = []
     duration = trace.duration
     gpu_seconds: float | None = None
-    n = len(seqs)
-    i = 0
-    next_tick = settings.tick_s
+    n, i = len(seqs), 0
+    fast = _fast_path(controller)
+    next_tick, next_fast = settings.tick_s, fast.fast_interval_s if fast else math.inf
     while True:
         t_arrival = trace.requests[i].arrival if i < n else math.inf
-        now = min(t_arrival, next_tick, pool.next_event())
+        now = min(t_arrival, next_tick, next_fast, pool.next_event())
         if i >= n and not gateway.held and not any(p.engine.busy for p in pool.pods):
             break
         if now > duration + settings.drain_s:
@@ -149,24 +148,18 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
             gateway.route(i, now)
             i += 1
             continue
+        if now == next_fast and fast is not None:
+            next_fast += fast.fast_interval_s
+            if now != next_tick:
+                pool.set_target(*fast.decide_fast(meter.observe(now, pool)), now)
+                continue
         if now == next_tick:
             next_tick += settings.tick_s
             meter.mark(now)
             observation = meter.observe(now, pool)
             active, spares = controller.decide(observation)
             pool.set_target(active, spares, now)
-            timeline.append(
-                TimelinePoint(
-                    now,
-                    observation.arrival_rate,
-                    observation.prompt_tokens_rate,
-                    pool.active,
-                    pool.count(PodState.SERVING),
-                    len(pool.pods),
-                    observation.ttft_p95_ms,
-                    observation.itl_p95_ms,
-                )
-            )
+            timeline.append(_point(observation, pool))
         else:
             pool.reconcile(now)
     if gpu_seconds is None:
@@ -181,6 +174,26 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
         gpu_seconds=gpu_seconds,
         started=started,
     )
+
+
+def _point(observation: Observation, pool: Pool) -> TimelinePoint:
+    return TimelinePoint(
+        observation.now,
+        observation.arrival_rate,
+        observation.prompt_tokens_rate,
+        pool.active,
+        pool.count(PodState.SERVING),
+        len(pool.pods),
+        observation.ttft_p95_ms,
+        observation.itl_p95_ms,
+    )
+
+
+def _fast_path(controller: Controller) -> FastPath | None:
+    """The controller's fast pass, when it has one and it is on."""
+    if isinstance(controller, FastPath) and controller.fast_interval_s > 0:
+        return controller
+    return None
 
 
 class _Gateway:
