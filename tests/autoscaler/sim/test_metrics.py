@@ -9,7 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from llmfleet.autoscaler.sim.compare import metrics
+from llmfleet.autoscaler.sim.compare import Options, compare, metrics
+from llmfleet.autoscaler.sim.model import EngineModel
+from llmfleet.autoscaler.sim.report import title
 from llmfleet.autoscaler.sim.run import RunResult, SimSettings, Slo
 from llmfleet.autoscaler.sim.steps import Step, largest_step, time_to_capacity
 from llmfleet.autoscaler.sim.traces import Request, Trace, prefix_upper_bound
@@ -91,3 +93,20 @@ def test_requests_that_never_finish_are_inf_without_a_numpy_warning() -> None:
     assert m.ttft_p99_ms == math.inf
     assert m.ttft_attainment == pytest.approx(97.0)
     assert m.time_to_capacity_s is None
+
+
+def test_the_title_names_the_requests_no_fleet_serves_in_time() -> None:
+    # One of four prompts takes longer than the 2 s target on an idle engine (its prefill alone
+    # is seconds long): 25% out of reach, whatever the fleet; none when every prompt fits.
+    model = EngineModel().for_slo(50.0)
+    huge = next(n for n in range(50_000, 2_000_000, 50_000) if model.lone_ttft_s(n) > 2.0)
+    settings = SimSettings(slo=Slo(2000.0, 50.0), model=model)
+    requests = [Request(i, 500, 10) for i in range(3)]
+    mixed = Trace("t.csv", "azure", (*requests, Request(3.0, huge, 10)))
+    small = Trace("s.csv", "azure", tuple(Request(i, 500, 10) for i in range(4)))
+
+    out = title(compare(mixed, settings, Options(0, 1, 4), ["static-peak"]))
+    fits = title(compare(small, settings, Options(0, 1, 4), ["static-peak"]))
+
+    assert "25.00% of requests take longer than the TTFT target on an idle engine" in out
+    assert "on an idle engine" not in fits

@@ -31,7 +31,21 @@ def title(comparison: Comparison) -> str:
         f"tokens, {model.max_num_seqs} seqs, cold start {model.cold_start_s:g} s, spare "
         f"promotion {model.promote_s:g} s. Routing: {comparison.settings.routing}. "
         f"Static peak = {comparison.static_replicas} replicas; "
-        f"{_step(comparison)}{_prefix(comparison)}"
+        f"{_step(comparison)}{_prefix(comparison)}{_out_of_reach(comparison)}"
+    )
+
+
+def _out_of_reach(comparison: Comparison) -> str:
+    """The share of requests no fleet can serve within the TTFT target: their prompt alone
+    takes longer to prefill on an idle engine (a prefix-cache hit aside)."""
+    model, target_s = comparison.settings.model, comparison.settings.slo.ttft_ms / 1000
+    requests = comparison.trace.requests
+    slow = sum(1 for r in requests if model.lone_ttft_s(r.prompt_tokens) > target_s)
+    if not slow:
+        return ""
+    return (
+        f" {slow / len(requests):.2%} of requests take longer than the TTFT target on an idle "
+        f"engine: no fleet serves them in time."
     )
 
 
