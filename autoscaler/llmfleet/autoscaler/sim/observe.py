@@ -50,6 +50,8 @@ class PodView:
     waiting: int
     running: int
     kv_usage: float
+    name: str = ""
+    """The pod's name (a Prometheus series' `pod` label); "" where a test leaves it out."""
 
 
 @dataclass(frozen=True)
@@ -192,4 +194,4 @@ def _weighted_mean_ms(values: list[float], weights: list[int]) -> float | None:
 
 
 def _view(pod: Pod) -> PodView:
-    return PodView(len(pod.engine.waiting), len(pod.engine.running), pod.engine.kv_usage)
+    return PodView(len(pod.engine.waiting), len(pod.engine.running), pod.engine.kv_usage, pod.name)

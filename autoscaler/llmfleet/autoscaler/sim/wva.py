@@ -74,29 +74,27 @@ stabilisation both ways, 10 pods per 150 s (`charts/workload-variant-autoscaler/
 
 
 class _PodPeaks:
-    """Each pod's highest KV usage and queue over the last window (PromQL `max_over_time`).
-
-    NOTE: an observation lists its pods without names, in the pool's order, which changes only
-    when a pod leaves (new pods join at the end); a window that spans a departure pairs a few
-    samples with the neighbouring pod's. The window is one minute, so the error lasts a minute
-    after a scale-down."""
+    """Each pod's highest KV usage and queue over the last window (PromQL `max_over_time` per
+    `pod` series): a pod's samples are matched by its name (by its place in the list where an
+    observation carries no names, as in the unit tables)."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self._samples: deque[tuple[float, tuple[PodView, ...]]] = deque()
+        self._samples: deque[tuple[float, dict[str, PodView]]] = deque()
 
     def peaks(self, now: float, pods: tuple[PodView, ...]) -> list[tuple[float, int]]:
         """(KV usage, waiting) peaks of each pod now reporting."""
-        self._samples.append((now, pods))
+        named = {pod.name or str(i): pod for i, pod in enumerate(pods)}
+        self._samples.append((now, named))
         while self._samples[0][0] <= now - self.window_s:
             self._samples.popleft()
-        kv = [p.kv_usage for p in pods]
-        waiting = [p.waiting for p in pods]
-        for _, sample in self._samples:
-            for i, pod in enumerate(sample[: len(pods)]):
-                kv[i] = max(kv[i], pod.kv_usage)
-                waiting[i] = max(waiting[i], pod.waiting)
-        return list(zip(kv, waiting, strict=True))
+        result: list[tuple[float, int]] = []
+        for key, pod in named.items():
+            seen = [sample[key] for _, sample in self._samples if key in sample]
+            result.append(
+                (max(p.kv_usage for p in (pod, *seen)), max(p.waiting for p in (pod, *seen)))
+            )
+        return result
 
 
 class LlmdWva:
