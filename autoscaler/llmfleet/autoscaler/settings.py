@@ -26,7 +26,8 @@ class AutoscalerSettings(LoopbackSettings):
     """Seconds between fast passes (0: none): the engines' running and waiting requests and KV
     usage only, on the last full pass's rates, and scale-ups only (`policy.decide_fast`), so a
     surge is met up to one full interval sooner. The gauges are as fresh as the engines' scrape
-    interval; `llmfleet sim` measures what it buys (docs/autoscaling.md)."""
+    interval; `llmfleet sim` measures what it buys (README, "The autoscaler and the fleet
+    simulator")."""
     rate_window: str = "1m"
     """PromQL range of the rates and latency quantiles (at least 4 scrape intervals)."""
     peak_window: str = "30s"
