@@ -93,3 +93,16 @@ def serving_endpoints(kube: Kube, ns: str, service: str) -> list[str]:
         for endpoint in item.get("endpoints") or []
         if endpoint.get("conditions", {}).get("ready")
     )
+
+
+def wait_endpoints(kube: Kube, ns: str, service: str, count: int, timeout: float = 30) -> list[str]:
+    """Wait until `service`'s EndpointSlices hold exactly `count` ready endpoints.
+
+    The EndpointSlice controller follows pod readiness asynchronously, so an InferenceService can
+    be Ready (its pods are) a moment before the slices say so; tests wait rather than assert."""
+
+    def exactly() -> list[str] | None:
+        found = serving_endpoints(kube, ns, service)
+        return found if len(found) == count else None
+
+    return kube.wait_for(exactly, timeout, f"{count} ready endpoint(s) of {ns}/{service}")

@@ -14,7 +14,14 @@ import yaml
 
 from llmfleet.core.cluster.nodes import GPU_TYPES, gpu_node
 from llmfleet.crds import labels as L
-from tests.cluster.kube import Kube, condition, install_crds, serving_endpoints, wait_ready
+from tests.cluster.kube import (
+    Kube,
+    condition,
+    install_crds,
+    serving_endpoints,
+    wait_endpoints,
+    wait_ready,
+)
 from tests.cluster.operator_process import OperatorProcess
 from tests.crds.cases import SAMPLES, SAMPLES_DIR
 
@@ -104,7 +111,9 @@ def test_every_sample_becomes_ready_with_its_children(kube: Kube, ns_samples: st
         status = kube.get(f"inferenceservices.llmfleet.dev/{name}", "-n", ns)["status"]
         for pool in pools:
             assert status["pools"][pool]["servingReplicas"] >= 1
-            assert serving_endpoints(kube, ns, f"{name}-{pool}")
+            service = f"{name}-{pool}"
+            kube.wait_for(lambda service=service: serving_endpoints(kube, ns, service), 30,
+                          f"a ready endpoint of {service}")  # fmt: skip
     listing = kube.kubectl("get", "llmsvc", "-n", ns)
     print(listing)
     assert listing.split()[:7] == ["NAME", "MODE", "READY", "SERVING", "CANARY", "ENDPOINT", "AGE"]
@@ -170,7 +179,7 @@ def test_spare_promotion_adds_an_endpoint_without_creating_a_pod(
     kube.wait_for(lambda: kube.get("pods", "-n", ns, "-l", f"{L.SERVING}=false")["items"], 30,
                   "a warm spare")  # fmt: skip
     before = {p["metadata"]["name"] for p in kube.get("pods", "-n", ns)["items"]}
-    assert len(serving_endpoints(kube, ns, pool_service)) == 1
+    wait_endpoints(kube, ns, pool_service, 1)
 
     started = time.monotonic()
     kube.kubectl("patch", f"inferenceservices.llmfleet.dev/{name}", "-n", ns, "--type=merge",
@@ -192,7 +201,7 @@ def test_scale_down_demotes_first_and_deletes_after_the_drain(kube: Kube, ns_dra
     ns = ns_drain
     kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
     wait_ready(kube, ns, "llama-8b")
-    assert len(serving_endpoints(kube, ns, "llama-8b-unified")) == 2
+    wait_endpoints(kube, ns, "llama-8b-unified", 2)
     kube.kubectl("patch", "inferenceservices.llmfleet.dev/llama-8b", "-n", ns, "--type=merge",
                  "-p", '{"spec":{"topology":{"unified":{"replicas":1}}}}')  # fmt: skip
 
