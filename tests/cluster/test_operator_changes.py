@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmfleet.crds import labels as L
-from tests.cluster.kube import Kube, condition, install_crds, wait_ready
+from tests.cluster.kube import Kube, condition, install_crds, wait_endpoints, wait_ready
 from tests.cluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
@@ -109,6 +109,10 @@ def test_unified_to_disaggregated_to_unified_leaves_exactly_the_wanted_children(
 
     for topology, pools in ((DISAGGREGATED, ["prefill", "decode"]), (UNIFIED, ["unified"])):
         before = [pool for pool in ("unified", "prefill", "decode") if pool not in pools]
+        # The pools now serving, in their EndpointSlices (which follow pod readiness
+        # asynchronously, after Ready), before the change: else a first look finds no pool.
+        for pool in before:
+            wait_endpoints(kube, ns, f"{name}-{pool}", 1)
         patch = json.dumps({"spec": {"topology": topology}})
         kube.kubectl("patch", f"inferenceservices.llmfleet.dev/{name}", "-n", ns,
                      "--type=merge", "-p", patch)  # fmt: skip
@@ -128,12 +132,22 @@ def test_unified_to_disaggregated_to_unified_leaves_exactly_the_wanted_children(
 
         kube.wait_for(settled, 90, f"exactly the children of {pools} and Ready")
         assert gaps == [], f"no pool served at some point: {gaps}"
-        pods = kube.get("pods", "-n", ns, "-l", f"{L.SERVICE}={name}")["items"]
-        live = {p["metadata"]["labels"][L.POOL] for p in pods
-                if not p["metadata"].get("deletionTimestamp")}  # fmt: skip
-        assert live == set(pools)
-        status = kube.get(f"inferenceservices.llmfleet.dev/{name}", "-n", ns)["status"]
-        assert sorted(status["pools"]) == sorted(pools)
+
+        def live(pools: list[str] = pools) -> bool:
+            # The old pool's pods go after its Deployment, by the garbage collector (background
+            # propagation): a moment after the Deployment is gone, they may still be there.
+            pods = kube.get("pods", "-n", ns, "-l", f"{L.SERVICE}={name}")["items"]
+            return {p["metadata"]["labels"][L.POOL] for p in pods
+                    if not p["metadata"].get("deletionTimestamp")} == set(pools)  # fmt: skip
+
+        kube.wait_for(live, 60, f"live pods in {pools} only")
+
+        def status_pools(pools: list[str] = pools) -> bool:
+            # The pass that deletes the old children writes the status after the deletion.
+            status = kube.get(f"inferenceservices.llmfleet.dev/{name}", "-n", ns)["status"]
+            return sorted(status["pools"]) == sorted(pools)
+
+        kube.wait_for(status_pools, 30, f"status.pools to be {pools}")
         progressing = condition(kube, ns, name, "Progressing")
         print(f"{pools}: Progressing={progressing['status']} {progressing['reason']}")
 
