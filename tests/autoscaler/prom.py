@@ -200,7 +200,7 @@ class Prometheus:
         self._write_targets("engines", [engine.target for engine in engines])
         self._write_targets("exporters", exporters)
 
-    def wait_scraped(self, engines: Sequence[Engine], timeout: float = 15) -> None:
+    def wait_scraped(self, engines: Sequence[Engine], timeout: float = 30) -> None:
         """Until every engine's target is up and its gauge is queryable."""
         wanted = {engine.target.address for engine in engines}
 
@@ -256,6 +256,10 @@ class Load:
                     "model": engine.model,
                     "messages": [{"role": "user", "content": PROMPT}],
                     "max_tokens": 6,
+                    # Exactly 6 tokens: the simulator otherwise picks a random length up to
+                    # max_tokens, and the tests compare windowed figures (mean output tokens,
+                    # token gaps per request) with the mean over every request sent.
+                    "ignore_eos": True,
                 }
                 response = client.post(f"{engine.url}/v1/chat/completions", json=body)
                 response.raise_for_status()

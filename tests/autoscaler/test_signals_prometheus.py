@@ -95,7 +95,7 @@ def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
         for engine in decode:
             body = {"model": engine.model, "messages": [{"role": "user", "content": PROMPT}]}
             httpx.post(f"{engine.url}/v1/chat/completions", json=body, timeout=30)
-        idle = wait_for(lambda: _read(signals, "prefill"), 10, "the idle pool's signals")
+        idle = wait_for(lambda: _read(signals, "prefill"), 30, "the idle pool's signals")
         assert (idle.request_rate, idle.running, idle.ttft_p95_ms) == (0.0, 0.0, None)
 
         measured = _drive(signals, decode)
@@ -256,7 +256,7 @@ def test_pools_without_series_are_absent_and_gpu_utilisation_joins_on_the_pod(
                 found = signals.read("ns", "chat", ["unified"]).get("unified")
                 return found if found and found.gpu_utilization is not None else None
 
-            unified = wait_for(joined, 10, "the GPU utilisation")
+            unified = wait_for(joined, 30, "the GPU utilisation")
             assert unified.gpu_utilization == pytest.approx(0.5)
             assert signals.read("ns", "chat", ["prefill", "decode"]) == {}
             assert signals.read("ns", "ghost", ["unified"]) == {}
@@ -265,7 +265,7 @@ def test_pools_without_series_are_absent_and_gpu_utilisation_joins_on_the_pod(
 
             # Engines gone from discovery: their series are marked stale at once.
             prometheus.set_targets([], [dcgm])
-            wait_for(lambda: signals.read_all() == {} or None, 10, "the pool to disappear")
+            wait_for(lambda: signals.read_all() == {} or None, 30, "the pool to disappear")
         finally:
             server.shutdown()
             server.server_close()
