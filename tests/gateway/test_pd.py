@@ -51,11 +51,11 @@ def test_pd_with_simulators(sim_binary: Path) -> None:
         served = wait_for(
             lambda: (
                 (_success_count(prefill.url), _success_count(decode.url))
-                if _success_count(decode.url)
+                if _success_count(decode.url) and _success_count(prefill.url)
                 else None
             ),
-            5,
-            "the decode engine to count the request",
+            30,
+            "both engines to count the request (the simulator updates its metrics apart)",
         )
     assert served == (1, 1)  # one call each: the prefill step and the decode step
     assert raw.headers["x-llmfleet-pool"] == "decode"

@@ -48,7 +48,9 @@ def test_busy_engine_gets_no_traffic(
     discovery = StaticDiscovery({MODEL: Service(MODEL, "ns", "svc", {"unified": pool})})
     with gateway(discovery, profile=profile) as server:
         table = server.server.config.app.state.table  # type: ignore[attr-defined]
-        wait_for(lambda: table.get(busy.url).load or None, 5, "the first scrape of the busy engine")
+        wait_for(
+            lambda: table.get(busy.url).load or None, 30, "the first scrape of the busy engine"
+        )
         served = Counter(
             httpx.post(
                 f"{server.url}/v1/chat/completions",
