@@ -235,8 +235,15 @@ def test_the_network_policy_admits_exactly_the_gateway_and_prometheus(
     try:
         kube.wait_for(lambda: network_policy(kube, namespace, "chat") is None, 60,
                       "the NetworkPolicy pruned once switched off")  # fmt: skip
-        pruned = [e["message"] for e in kube.get("events", "-n", namespace)["items"]
-                  if e["reason"] == "Pruned"]  # fmt: skip
-        assert any("NetworkPolicy chat-engines" in message for message in pruned), pruned
+
+        def pruned() -> list[str]:
+            return [e["message"] for e in kube.get("events", "-n", namespace)["items"]
+                    if e["reason"] == "Pruned"]  # fmt: skip
+
+        # The operator posts the event after the deletion the wait above saw: wait for it too.
+        kube.wait_for(
+            lambda: any("NetworkPolicy chat-engines" in message for message in pruned()), 30,
+            "a Pruned event naming NetworkPolicy chat-engines",
+        )  # fmt: skip
     finally:
         operator.stop()
