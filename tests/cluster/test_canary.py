@@ -30,7 +30,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from llmfleet.crds import labels as L
 from tests.autoscaler.prom import Prometheus, Target
-from tests.cluster.kube import Kube, condition, install_crds, serving_endpoints, wait_ready
+from tests.cluster.kube import (
+    Kube,
+    condition,
+    install_crds,
+    serving_endpoints,
+    wait_endpoints,
+    wait_ready,
+)
 from tests.cluster.operator_process import OperatorProcess
 from tests.net import free_port
 
@@ -238,13 +245,18 @@ def test_a_healthy_canary_is_promoted_and_survives_an_operator_kill(rig: Rig) ->
     assert found[name]["spec"]["replicas"] == 1
     assert found[name]["spec"]["selector"]["matchLabels"][L.DEPLOYMENT] == name
     assert found["chat-unified"]["spec"]["template"] == stable_template
-    assert len(serving_endpoints(rig.kube, rig.ns, "chat-unified")) == 2
+    # The EndpointSlice controller follows pod readiness asynchronously: wait, not sample.
+    wait_endpoints(rig.kube, rig.ns, "chat-unified", 2)
     pods = rig.kube.get("pods", "-n", rig.ns, "-l", f"{L.DEPLOYMENT}={name}")["items"]
     assert [p["metadata"]["labels"][L.SERVING] for p in pods] == [L.SERVING_CANARY]
     assert [p["metadata"]["labels"][L.REVISION] for p in pods] == [new]
-    listing = rig.kube.kubectl("get", "llmsvc", "-n", rig.ns)
-    assert "canary 1/1 (50%)" in listing
-    assert "Progressing" in listing
+    # The status the listing shows is written by the operator's pass, which races the
+    # EndpointSlice controller that put the canary's pod in its slice above.
+    rig.kube.wait_for(
+        lambda: "canary 1/1 (50%)" in (listing := rig.kube.kubectl("get", "llmsvc", "-n", rig.ns))
+        and "Progressing" in listing,
+        30, "the listing to show the canary serving 1/1 at 50%, Progressing",
+    )  # fmt: skip
 
     # Killed once the first step's clock runs: the new process resumes at the same step.
     at = rig.kube.wait_for(lambda: canary_if(rig, lambda c: c.get("stepStartedAt")), 60,
@@ -308,7 +320,7 @@ def test_too_few_requests_wait_prometheus_down_holds_a_slow_canary_rolls_back(ri
     assert len(warnings) == 1
     rig.kube.wait_for(lambda: name not in deployments(rig), 60, "the canary's Deployment to go")
     assert not rig.kube.ok("get", "service", name, "-n", rig.ns)
-    assert len(serving_endpoints(rig.kube, rig.ns, "chat-unified")) == 2
+    wait_endpoints(rig.kube, rig.ns, "chat-unified", 2)
     assert condition(rig.kube, rig.ns, "chat", "Ready")["status"] == "True"
     # Not tried again while the spec asks for it.
     time.sleep(6)
