@@ -142,7 +142,7 @@ def test_a_decision_promotes_a_spare_within_seconds_and_backfills_it(
         found = serving_endpoints(kube, ns, f"{name}-unified")
         return found if len(found) >= 2 else []
 
-    endpoints = kube.wait_for(promoted, 15, "the spare in the pool's EndpointSlice", interval=0.05)
+    endpoints = kube.wait_for(promoted, 30, "the spare in the pool's EndpointSlice", interval=0.05)
     print(f"decision -> promoted spare serving in {time.monotonic() - started:.2f}s")
     assert set(endpoints) <= before, "every endpoint is a pod that ran before the decision"
 

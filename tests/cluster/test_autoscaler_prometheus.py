@@ -228,12 +228,12 @@ def test_load_scales_decode_up_and_a_stopped_prometheus_holds_the_count(
                 prometheus.stop()
                 stopped = datetime.now(UTC)
                 held = wait_status(
-                    kube, lambda s: "metrics missing" in decode(s)["reason"], 15, "the hold"
+                    kube, lambda s: "metrics missing" in decode(s)["reason"], 30, "the hold"
                 )
                 later = wait_status(
                     kube,
                     lambda s: (decided_at(s) - stopped).total_seconds() >= 5 * INTERVAL_S,
-                    20,
+                    30,
                     "a decision five passes after the stop",
                 )
                 print(f"held: {decode(held)}\nlater: {decode(later)}; sent {len(load.done)}")

@@ -76,13 +76,13 @@ def test_endpoint_set_follows_scaling_and_demotion(kube: Kube, ns: str) -> None:
 
             started = time.monotonic()
             scale(kube, ns, 2)
-            both = await endpoints_become(2, 10)
+            both = await endpoints_become(2, 30)
             print(f"gateway saw the promoted spare after {time.monotonic() - started:.2f}s")
             assert set(first) < set(both)
 
             started = time.monotonic()
             scale(kube, ns, 1)
-            remaining = await endpoints_become(1, 10)
+            remaining = await endpoints_become(1, 30)
             print(f"gateway dropped the demoted pod after {time.monotonic() - started:.2f}s")
             assert set(remaining) < set(both)
         finally:
