@@ -117,8 +117,9 @@ def test_operator_with_its_probe_on_never_connects_off_loopback(
         kube, tmp_path / "operator.log", "--standalone", "-n", ns, trace=trace,
         env={
             "LLMFLEET_OPERATOR_PROBE_IN_FLIGHT": "true",
-            # A long drain: the demoted pod is probed on every pass for the whole watch.
-            "LLMFLEET_OPERATOR_DRAIN_SECONDS": str(int(WATCH_SECONDS) + 10),
+            # A long drain: the demoted pod is probed on every pass for the whole watch, and
+            # still draining when it is listed after it, however late the first probe came.
+            "LLMFLEET_OPERATOR_DRAIN_SECONDS": str(int(WATCH_SECONDS) + 40),
             "LLMFLEET_OPERATOR_RESYNC_SECONDS": "2",
             "LLMFLEET_OPERATOR_METRICS_PORT": str(port),
             "LLMFLEET_OPERATOR_METRICS_HOST": "127.0.0.1",

@@ -165,7 +165,7 @@ def test_sigterm_drains(launchers: Launchers, sim_binary: Path, case: DrainCase)
     streams, threads = _start_streams(launcher.engine, 3, max_tokens)
     signalled = time.monotonic()
     launcher.process.send_signal(signal.SIGTERM)
-    wait_for(lambda: launcher.ready() == 503 or None, 5, "readiness to drop")
+    wait_for(lambda: launcher.ready() == 503 or None, 30, "readiness to drop")
     # A request sent after readiness dropped (the gateway had not heard yet) is served by the
     # engine, which still runs; the drain waits for it as for the others.
     late, late_thread = _start_streams(launcher.engine, 1, max_tokens)
@@ -212,7 +212,7 @@ def test_the_pre_stop_hook_drains_then_sigterm_stops(
     hook: list[httpx.Response] = []
     hooked = threading.Thread(target=lambda: hook.append(launcher.pre_stop()))
     hooked.start()
-    wait_for(lambda: launcher.ready() == 503 or None, 5, "readiness to drop")
+    wait_for(lambda: launcher.ready() == 503 or None, 30, "readiness to drop")
     hooked.join(timeout=case.grace + 10)
     answered = time.monotonic()
     [response] = hook
