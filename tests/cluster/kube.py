@@ -101,8 +101,11 @@ def wait_endpoints(kube: Kube, ns: str, service: str, count: int, timeout: float
     The EndpointSlice controller follows pod readiness asynchronously, so an InferenceService can
     be Ready (its pods are) a moment before the slices say so; tests wait rather than assert."""
 
-    def exactly() -> list[str] | None:
-        found = serving_endpoints(kube, ns, service)
-        return found if len(found) == count else None
+    found: list[str] = []
 
-    return kube.wait_for(exactly, timeout, f"{count} ready endpoint(s) of {ns}/{service}")
+    def exactly() -> bool:  # True, not the list: an empty list would read as "not yet"
+        found[:] = serving_endpoints(kube, ns, service)
+        return len(found) == count
+
+    kube.wait_for(exactly, timeout, f"{count} ready endpoint(s) of {ns}/{service}")
+    return found

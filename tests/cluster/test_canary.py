@@ -160,6 +160,12 @@ def rig(kube: Kube, prometheus_binary: Path, tmp_path: Path) -> Iterator[Rig]:
             kube.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s")
 
 
+FIRST_PAUSE_S = 15
+"""The first step's pause: the kill test restarts the operator inside it and expects the same
+step afterwards, so it must outlast a kill, a restart and the test's own wait on a loaded
+machine (6 s left about 2 s of margin)."""
+
+
 def manifest(value: str, *, min_requests: int = 20) -> str:
     return json.dumps({
         "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
@@ -170,7 +176,7 @@ def manifest(value: str, *, min_requests: int = 20) -> str:
             "topology": {"unified": {"replicas": 2}},
             "slo": {"ttftP95Ms": 500},
             "rollout": {"strategy": "Canary",
-                        "steps": [{"weight": 50, "pauseSeconds": 6},
+                        "steps": [{"weight": 50, "pauseSeconds": FIRST_PAUSE_S},
                                   {"weight": 100, "pauseSeconds": 6}],
                         "analysis": {"intervalSeconds": 5, "minRequests": min_requests}},
         },
