@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -70,12 +71,20 @@ def test_the_local_prometheus_evaluates_the_charts_rules(system: LocalSystem) ->
     groups = answer.json()["data"]["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
     assert {"recording", "alerting"} <= {rule["type"] for rule in rules}
-    wait_for(
-        lambda: all(r.get("health") == "ok" for r in
-                    [r for g in system.http.get(f"{system.prometheus}/api/v1/rules")
-                     .json()["data"]["groups"] for r in g["rules"]]) or None,
-        30, "every rule evaluated without error",
-    )  # fmt: skip
+
+    def not_ok() -> list[str]:
+        listed = system.http.get(f"{system.prometheus}/api/v1/rules").json()["data"]["groups"]
+        return [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}".strip()
+                for g in listed for r in g["rules"] if r.get("health") != "ok"]  # fmt: skip
+
+    # A rule's health is "unknown" until its group's first evaluation, which Prometheus spreads
+    # over the group's interval (the SLO burn-rate group evaluates every minute): wait two
+    # intervals of the slowest group, and name what is still not "ok" when that runs out.
+    slowest = max(float(group.get("interval", 0)) for group in groups)
+    deadline = time.monotonic() + 2 * slowest + 30
+    while (pending := not_ok()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not pending, f"rules not evaluated without error: {pending}"
     series = wait_for(
         lambda: system.query('llmfleet_service:ttft_seconds:p95_rate5m{service="chat"}') or None,
         60,
