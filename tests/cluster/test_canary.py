@@ -282,8 +282,7 @@ def test_a_healthy_canary_is_promoted_and_survives_an_operator_kill(rig: Rig) ->
     assert final["stableSpec"]["deploymentRevision"] == new
     assert list(deployments(rig)) == [name]
     assert deployments(rig)[name]["spec"]["replicas"] == 2
-    rig.kube.wait_for(lambda: len(serving_endpoints(rig.kube, rig.ns, "chat-unified")) == 2, 30,
-                      "the pool Service to serve the promoted pods")  # fmt: skip
+    wait_endpoints(rig.kube, rig.ns, "chat-unified", 2)
     assert not rig.kube.ok("get", "service", name, "-n", rig.ns)
     reasons = [reason for _, reason, _ in events(rig) if reason.startswith("Canary")]
     for wanted in ("CanaryStarted", "CanaryStep", "CanaryPromoting", "CanaryPromoted"):

@@ -19,7 +19,7 @@ import pytest
 
 from llmfleet.crds import labels as L
 from llmfleet.crds import render
-from tests.cluster.kube import Kube, serving_endpoints, wait_ready
+from tests.cluster.kube import Kube, wait_endpoints, wait_ready
 from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_gateway_discovery import Gateway
 from tests.cluster.traced import connects, off_loopback
@@ -82,8 +82,7 @@ def test_gateway_in_discovery_mode_never_connects_off_loopback(
     try:
         kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
         wait_ready(kube, ns, "llama-8b")
-        kube.wait_for(lambda: len(serving_endpoints(kube, ns, "llama-8b-unified")) == 2, 60,
-                      "both pods serving")  # fmt: skip
+        wait_endpoints(kube, ns, "llama-8b-unified", 2, timeout=60)
         kube.wait_for(lambda: refused(metrics, name).get("scrape", 0) > 0, 60,
                       f"the gateway to refuse its first scrape ({gateway.log})")  # fmt: skip
         started = time.monotonic()

@@ -220,8 +220,7 @@ def test_scale_down_demotes_first_and_deletes_after_the_drain(kube: Kube, ns_dra
     assert draining[0]["metadata"]["labels"][L.SERVING] == "false"
     assert draining[0]["metadata"]["annotations"][L.DELETION_COST] == "500"
     # Out of the Service at once (as soon as the EndpointSlice controller follows the label).
-    kube.wait_for(lambda: len(serving_endpoints(kube, ns, "llama-8b-unified")) == 1, 30,
-                  "the demoted pod to leave the EndpointSlice")  # fmt: skip
+    wait_endpoints(kube, ns, "llama-8b-unified", 1)
     # After the drain period (DRAIN_SECONDS) the surplus pod goes.
     kube.wait_for(lambda: kube.get("deployment/llama-8b-unified", "-n", ns)["spec"]["replicas"]
                   == 1, 30, "the Deployment to shrink after the drain")  # fmt: skip
