@@ -79,7 +79,9 @@ def spec(
     names = ("unified",) if mode == "Unified" else ("prefill", "decode")
     topology: dict[str, Any] = {"mode": mode}
     for name in names:
-        topology[name] = {"replicas": 1, **(pools or {}).get(name, {})}
+        # minReplicas 1 unless a row says otherwise: the tables size load, and `floor` (the
+        # policy's own floor when it is unset) has a table of its own.
+        topology[name] = {"replicas": 1, "minReplicas": 1, **(pools or {}).get(name, {})}
     if mode != "Unified":
         topology["kvTransfer"] = {"connector": "NixlConnector"}
     autoscaling: dict[str, Any] = {

@@ -46,6 +46,12 @@ class PolicyConfig:
     it and the target the correction holds."""
     correction_recovery_s: float = 600.0
     """Time constant of the correction's recovery towards 1.0 while latency is comfortable."""
+    unset_min_replicas: int = 2
+    """Floor of a pool whose minReplicas is unset until its load is measured light (`floor`):
+    two serving pods, so one pod's failure or a first burst meets a serving replica."""
+    light_after_s: float = 1800.0
+    """A pool with minReplicas unset is light, and its floor 1, once no decision has needed
+    `unset_min_replicas` for this long and for twice the longest lull between two that did."""
     goodput_z: float = 1.645
     """One-sided z of the Wilson bound a goodput share must clear before it cuts the correction
     (1.645: 95% confidence that more than the allowed share missed; `goodput.py`)."""
@@ -162,6 +168,12 @@ class PoolState:
     """Since when the pool's need has stayed below its current count."""
     low_peak: int = 0
     """Highest need seen since `low_since`: where a scale-down may go."""
+    observed_since: datetime | None = None
+    """First signals the policy sized this pool from (`floor`: how long it has watched)."""
+    busy_at: datetime | None = None
+    """Last signals whose need reached `PolicyConfig.unset_min_replicas`."""
+    longest_lull_s: float = 0.0
+    """Longest time between two such needs: how long this pool's bursts can stay away."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ Per pool, in order:
 2. forecast the request rate (`forecast`), learn the capacity correction from the goodput (the
    share of requests over each target, `goodput`), or the p95 where no histogram is exported
    (frozen while pods are starting: their latency has not caught up yet);
-3. size the pool (`sizing`), clamp to min/max replicas (minReplicas 1 when unset);
+3. size the pool (`sizing`), clamp to min/max replicas (`floor`: minReplicas, or when unset 2
+   until the pool's load is measured light, then 1);
 4. up at once, unless Pending pods cannot be scheduled (then hold: more would pend too);
    down only once the need stayed lower for `scaleDownStabilizationSeconds`, and then to the
    highest need seen over that window, never during a burst;
@@ -24,6 +25,7 @@ from datetime import datetime
 from llmfleet.autoscaler.budget import Wish, fit
 from llmfleet.autoscaler.capacity import Evidence, default_capacity, learn, profiled_capacity
 from llmfleet.autoscaler.decision import Decision, PoolDecision
+from llmfleet.autoscaler.floor import floor
 from llmfleet.autoscaler.forecast import Forecast, forecast
 from llmfleet.autoscaler.goodput import LatencyHistogram, Round, implied_ratio, over, wilson_lower
 from llmfleet.autoscaler.inputs import (
@@ -183,7 +185,8 @@ def _pool(
         )
     need = _need(name, pool, spec=spec, predicted=predicted, correction=correction, config=config)
 
-    minimum = pool_spec.min_replicas if pool_spec.min_replicas is not None else 1
+    lowest, remembered = floor(pool_spec, state, need.replicas, signals.observed_at, config)
+    minimum = lowest.replicas
     maximum = pool_spec.max_replicas if pool_spec.max_replicas is not None else _MAX_REPLICAS
     target = min(max(need.replicas, minimum), maximum)
     why = f"needs {need.replicas} for {need.why}"
@@ -197,7 +200,7 @@ def _pool(
     if need.replicas > maximum:
         why += f"; capped at maxReplicas {maximum}"
     elif need.replicas < minimum:
-        why += f"; raised to minReplicas {minimum}"
+        why += f"; raised to {lowest.why}"
 
     decision, low_since, low_peak = _step(
         pods,
@@ -222,7 +225,8 @@ def _pool(
     if spares:
         reason += f"; {spares} warm spares"
 
-    next_state = PoolState(
+    next_state = replace(
+        remembered,
         updated_at=signals.observed_at,
         short_rate=predicted.short_rate,
         long_rate=predicted.long_rate,

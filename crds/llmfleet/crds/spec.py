@@ -226,7 +226,9 @@ class PoolSpec(ApiModel):
     replicas: Annotated[int, Field(ge=0, le=1000)] = 1
     """Serving replicas when the autoscaler is off, and its starting point when on."""
     min_replicas: Annotated[int, Field(ge=0, le=1000)] | None = None
-    """Lowest replica count the autoscaler may choose."""
+    """Lowest replica count the autoscaler may choose. Unset, the autoscaler keeps 2 serving
+    until the pool's load is measured light (nothing needed 2 for 30 minutes, nor for twice the
+    longest lull between two such needs), then 1."""
     max_replicas: Annotated[int, Field(ge=1, le=1000)] | None = None
     """Highest replica count the autoscaler may choose."""
     node_selector: Annotated[dict[str, LabelValue], Field(max_length=32)] = {}

@@ -65,11 +65,24 @@ def test_a_ramp_climbs_over_the_hour_with_fresh_blocks_per_repeat() -> None:
     assert len(repeats) == 31  # 3,600 s of a 119 s trace: 31 repeats, each thinned
 
 
+def test_light_is_a_tenth_of_the_requests_over_two_hours() -> None:
+    made = suite.light(BASE)
+    repeats = {r.blocks[0] >> 40 for r in made.requests}
+    assert len(repeats) == 61  # 7,200 s of a 119 s trace: 61 repeats, each with its own blocks
+    every = 61 * len(BASE.requests)
+    assert 0.09 * every <= len(made.requests) <= 0.11 * every
+    first, last = (
+        sum(1 for r in made.requests if lo <= r.arrival < lo + 1800) for lo in (0.0, 5400.0)
+    )
+    assert abs(first - last) <= 0.25 * first  # light all along: no ramp
+    assert made.name == "base.jsonl light x0.1 over 2 h"
+
+
 def test_members_and_the_superimposed_pair() -> None:
     azure = Trace("a.csv", "azure", (Request(0.0, 100, 5), Request(1.0, 100, 5)))
     made = suite.members([BASE, azure], lambda a, b: "mooncake")
     names = [m.name for m in made]
-    assert len(names) == 2 * 9 + 1
+    assert len(names) == 2 * 10 + 1
     last = made[-1]
     assert last.name == "base.jsonl + a.csv"
     assert last.slo_kind == "mooncake"
@@ -89,7 +102,14 @@ def test_the_cli_runs_the_suite_with_a_summary(tmp_path: Path) -> None:
         app, [str(path), "--suite", "robust", "-p", "llmfleet", "-p", "keda-inflight", "--quiet"]
     )
     assert result.exit_code == 0, result.output
-    for name in ("speed x8", "prompts x0.5", "idle -> busiest", "step x4", "ramp over 1 h"):
+    for name in (
+        "speed x8",
+        "prompts x0.5",
+        "idle -> busiest",
+        "step x4",
+        "ramp over 1 h",
+        "light x0.1 over 2 h",
+    ):
         assert f"small.jsonl {name}" in result.output
     assert "Summary: llmfleet against the cheapest baseline" in result.output
 

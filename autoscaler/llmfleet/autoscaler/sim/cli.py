@@ -55,13 +55,15 @@ def run(
         ),
     ] = 0,
     min_replicas: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="Every autoscaling policy's minReplicas (2: what a production service runs "
-            "for availability).",
+            help="Every autoscaling policy's minReplicas. Default: unset for ours (it keeps 2 "
+            "until the load is measured light, then 1), 2 for the baselines (what a "
+            "production service sets for availability).",
             min=1,
+            show_default=False,
         ),
-    ] = 2,
+    ] = None,
     max_replicas: Annotated[int, typer.Option(help="Every policy's maxReplicas.", min=1)] = 64,
     cold_start: Annotated[float, typer.Option(help="Seconds a new pod takes to serve.", min=0)] = (
         90.0

@@ -47,14 +47,19 @@ from llmfleet.core.errors import UserError
 from llmfleet.crds.spec import SloSpec
 
 GOAL = 99.0
+BASELINE_MIN_REPLICAS = 2
+"""The baselines' minReplicas when `Options.min_replicas` is None: two serving pods, what a
+production service sets for availability (KEDA's `minReplicaCount`, an HPA's `minReplicas`)."""
 """Attainment (%) a policy must reach for both TTFT and ITL to count as meeting the SLO."""
 
 
 @dataclass(frozen=True)
 class Options:
     warm_spares: int = 1
-    min_replicas: int = 1
-    """Every autoscaling policy's floor (the static baseline has its own count)."""
+    min_replicas: int | None = 1
+    """Every autoscaling policy's floor (the static baseline has its own count). None: our
+    policy's minReplicas is left unset (it chooses its floor, `floor.py`), the baselines get
+    `BASELINE_MIN_REPLICAS`, what their users set for availability."""
     max_replicas: int = 64
 
 
@@ -175,7 +180,8 @@ def compare(
         )
 
     needs = [need(r, p, o) for _, r, p, o in loads]
-    initial = max(needs[0], options.min_replicas)
+    floor = options.min_replicas if options.min_replicas is not None else BASELINE_MIN_REPLICAS
+    initial = max(needs[0], floor)
     step = largest_step([start for start, _, _, _ in loads], needs, settings.tick_s)
     static = (
         _static_replicas(trace, settings, max(needs), options.max_replicas, progress)
@@ -183,14 +189,14 @@ def compare(
         else max(needs)
     )
     itl_ms, ttft_ms = settings.slo.itl_ms, settings.slo.ttft_ms
-    cap, floor = options.max_replicas, options.min_replicas
+    cap = options.max_replicas
     factories: dict[str, Callable[[], Controller]] = {
         "llmfleet": lambda: OurPolicy(
             service_spec(
                 ttft_ms=ttft_ms,
                 itl_ms=itl_ms,
                 initial=initial,
-                min_replicas=floor,
+                min_replicas=options.min_replicas,
                 max_replicas=cap,
                 warm_spares=options.warm_spares,
             ),

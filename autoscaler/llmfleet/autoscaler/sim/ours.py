@@ -32,7 +32,7 @@ def service_spec(
     ttft_ms: float,
     itl_ms: float,
     initial: int,
-    min_replicas: int = 1,
+    min_replicas: int | None = 1,
     max_replicas: int,
     warm_spares: int,
     window_s: int = 300,
@@ -46,7 +46,7 @@ def service_spec(
             "topology": {
                 "mode": "Unified",
                 "unified": {
-                    "replicas": max(initial, min_replicas),
+                    "replicas": max(initial, min_replicas or 1),
                     "minReplicas": min_replicas,
                     "maxReplicas": max_replicas,
                 },

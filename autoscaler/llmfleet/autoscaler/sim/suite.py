@@ -14,7 +14,10 @@ Per base trace (each is pure and deterministic: no random draws):
   prefix blocks, as more users of the same application would);
 - `ramp 1 h`: the trace repeated to an hour (each repeat with its own block ids) and thinned by
   a ramp: request i at time t is kept when frac(i x golden ratio) < t / 3600, so the rate climbs
-  evenly from nothing to the trace's own over the hour.
+  evenly from nothing to the trace's own over the hour;
+- `light x0.1 over 2 h`: the trace repeated to two hours (as for the ramp) and thinned to a
+  tenth of its requests, kept when frac(i x golden ratio) < 0.1: a service a replica or two
+  serve, where a floor of two serving pods is most of the cost.
 And once, over the first two base traces: `A + B`, both replayed from second 0 together (their
 block ids kept apart), against the looser of their SLOs (a fleet serving both applications).
 
@@ -33,6 +36,8 @@ _GOLDEN = (math.sqrt(5) - 1) / 2
 _IDLE_S = 300.0
 _BUSIEST_SPAN_S = 900.0
 _RAMP_S = 3600.0
+_LIGHT_SHARE = 0.1
+_LIGHT_S = 7200.0
 _BLOCK_OFFSET = 1 << 40
 """Added to block ids (times the repeat or trace number) so copies never share a prefix."""
 SPEEDS = (0.5, 2.0, 4.0, 8.0)
@@ -103,7 +108,8 @@ def step(trace: Trace, factor: int = 4) -> Trace:
     return _trace(trace, f"step x{factor} in the middle", result)
 
 
-def ramp(trace: Trace, span_s: float = _RAMP_S) -> Trace:
+def _repeated(trace: Trace, span_s: float) -> list[Request]:
+    """The trace over and over until `span_s`, each repeat with its own block ids."""
     period = max(trace.duration, 1.0)
     result: list[Request] = []
     repeat = 0
@@ -117,8 +123,19 @@ def ramp(trace: Trace, span_s: float = _RAMP_S) -> Trace:
                 replace(r, arrival=t, blocks=tuple(b + repeat * _BLOCK_OFFSET for b in r.blocks))
             )
         repeat += 1
+    return result
+
+
+def ramp(trace: Trace, span_s: float = _RAMP_S) -> Trace:
+    result = _repeated(trace, span_s)
     kept = [r for i, r in enumerate(result) if (i * _GOLDEN) % 1.0 < r.arrival / span_s]
     return _trace(trace, "ramp over 1 h", kept)
+
+
+def light(trace: Trace, share: float = _LIGHT_SHARE, span_s: float = _LIGHT_S) -> Trace:
+    result = _repeated(trace, span_s)
+    kept = [r for i, r in enumerate(result) if (i * _GOLDEN) % 1.0 < share]
+    return _trace(trace, f"light x{share:g} over {span_s / 3600:g} h", kept)
 
 
 def superimpose(a: Trace, b: Trace, kind: str) -> Trace:
@@ -134,7 +151,7 @@ def members(bases: list[Trace], looser: Callable[[str, str], str]) -> list[Membe
     for base in bases:
         made = [speed(base, k) for k in SPEEDS]
         made += [prompts(base, k) for k in PROMPT_FACTORS]
-        made += [idle_then_busiest(base), step(base), ramp(base)]
+        made += [idle_then_busiest(base), step(base), ramp(base), light(base)]
         result += [Member(t.name, t, base.kind) for t in made]
     if len(bases) >= 2:
         a, b = bases[0], bases[1]
