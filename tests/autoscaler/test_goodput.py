@@ -15,6 +15,7 @@ from llmfleet.autoscaler.goodput import (
     LatencyHistogram,
     Over,
     Round,
+    capacity_misses,
     implied_ratio,
     over,
     wilson_lower,
@@ -112,6 +113,60 @@ def _learnt(ttft: LatencyHistogram, *, p95: float | None = None, correction: flo
     load = signals(8, ttft_histogram=ttft, ttft_p95_ms=p95)
     decision = decide(inputs(spec(), unified=pool(4, load)), state, at(0))
     return decision.state.pools["unified"].correction
+
+
+def prefill(*per_bucket: float) -> LatencyHistogram:
+    """Requests per prefill-time bucket in vLLM's request-latency bounds around the target:
+    0-1, 1-2.5, 2.5-5, over 5 s."""
+    counts, total = [], 0.0
+    for n in per_bucket:
+        total += n
+        counts.append(total)
+    return LatencyHistogram((1.0, 2.5, 5.0, math.inf), tuple(counts))
+
+
+@pytest.mark.parametrize(
+    ("ttft", "own", "expected"),
+    [
+        pytest.param(over(H, 1.8), None, Over(8, 100, 2.5), id="no-prefill-histogram-as-read"),
+        # 3 requests took over 2.5 s in prefill alone: their TTFT is over 2.5 s too.
+        pytest.param(
+            over(H, 1.8), prefill(90, 7, 2, 1), Over(5, 97, 2.5, 3), id="prefill-bound-left-out"
+        ),
+        # vLLM observes the prefill time at the finish: a window may hold more prefill-bound
+        # requests (10) than TTFT misses (8); no more than those are left out.
+        pytest.param(
+            over(H, 1.8),
+            prefill(80, 10, 9, 1),
+            Over(0, 92, 2.5, 8),
+            id="more-than-the-window-missed-clamped",
+        ),
+        # The TTFT read at 1.0 s; the prefill histogram's next bound at or above it is 1.0.
+        pytest.param(
+            over(H, 1.0), prefill(95, 4, 1, 0), Over(15, 95, 1.0, 5), id="at-a-shared-boundary"
+        ),
+        pytest.param(
+            over(H, 9.0), prefill(0, 0, 0, 100), Over(0, 100, math.inf), id="nothing-to-subtract"
+        ),
+        pytest.param(over(H, 1.8), prefill(0, 0, 0, 0), Over(8, 100, 2.5), id="empty-prefill"),
+    ],
+)
+def test_capacity_misses_leave_out_what_prefill_alone_missed(
+    ttft: Over, own: LatencyHistogram | None, expected: Over
+) -> None:
+    assert capacity_misses(ttft, own) == expected
+
+
+def test_prefill_bound_misses_do_not_cut_the_correction() -> None:
+    """The window that cuts to 0.821 above (100 of 1,000 over 2.5 s), when the prefill phase
+    of each of those 100 alone took over 2.5 s: a long prompt's own TTFT, no capacity error."""
+    state = PolicyState({"unified": PoolState(updated_at=at(-15), correction=1.0)})
+    ttft, own = histogram(500, 300, 100, 60, 40), prefill(800, 100, 60, 40)
+    load = signals(8, ttft_histogram=ttft, prefill_histogram=own)
+    decision = decide(inputs(spec(), unified=pool(4, load)), state, at(0))
+    assert decision.state.pools["unified"].correction == 1.0
+    assert "goodput 0.0% of 900 over 2500 ms" in decision.pools["unified"].reason
+    assert "100 prefill-bound left out" in decision.pools["unified"].reason
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmfleet.autoscaler.goodput import Round, over
+from llmfleet.autoscaler.goodput import Round, capacity_misses, over
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.autoscaler.signals import PoolKey, PrometheusSignals, SignalsUnavailable
 from tests.autoscaler.prom import PROMPT, Engine, EngineSpec, Load, Prometheus, Target, engines
@@ -216,6 +216,39 @@ def test_goodput_counts_each_request_once(goodput_load: tuple[PoolSignals, Load]
     assert found.ttft_histogram.total == pytest.approx(window, rel=0.4)
     gaps = sum(out - 1 for _, _, out in load.done) / len(load.done)
     assert found.itl_histogram.total == pytest.approx(found.ttft_histogram.total * gaps, rel=0.3)
+    # The simulator times its prefill phase (the TTFT it sleeps) once per request, like vLLM.
+    assert found.prefill_histogram is not None
+    assert found.prefill_histogram.total == pytest.approx(found.ttft_histogram.total, rel=0.3)
+
+
+def test_prefill_bound_misses_from_a_real_prometheus(
+    prometheus_binary: Path, sim_binary: Path, tmp_path: Path
+) -> None:
+    """An engine whose prefill alone takes 600 ms: every TTFT is over a 500 ms target, and the
+    prefill-time histogram, read through the same query, says each of them is the prompt's own
+    (vLLM's TTFT and request-latency buckets share the 0.5 s bound)."""
+    slow = EngineSpec("ns", "chat", "unified", ("--time-to-first-token", "600ms"))
+    with (
+        Prometheus(prometheus_binary, tmp_path) as prometheus,
+        engines(sim_binary, slow) as started,
+    ):
+        prometheus.set_targets(started)
+        prometheus.wait_scraped(started)
+        signals = PrometheusSignals(prometheus.url, rate_window=f"{WINDOW_S}s")
+        load = Load(started)
+        with load.running():
+            time.sleep(WINDOW_S)
+        time.sleep(1.5)  # one more scrape after the last request
+        found = signals.read("ns", "chat", ["unified"]).get("unified")
+    assert found is not None
+    assert found.ttft_histogram is not None
+    late = over(found.ttft_histogram, 0.5, Round.UP)
+    assert late.total > 0
+    assert late.share == 1.0
+    left = capacity_misses(late, found.prefill_histogram)
+    # Both series are extrapolated by increase() on their own: equal up to float noise.
+    assert left.prefill_bound == pytest.approx(late.over, rel=0.05)
+    assert left.share < 0.05
 
 
 class _Dcgm(BaseHTTPRequestHandler):

@@ -88,6 +88,11 @@ QUERIES = signal_queries(
             f"sum by ({BY}, le) (increase(vllm:time_to_first_token_seconds_bucket{{{M}}}[30s]))",
         ),
         (
+            # Prompts whose own prefill misses the TTFT target (`goodput.capacity_misses`).
+            "prefill_buckets",
+            f"sum by ({BY}, le) (increase(vllm:request_prefill_time_seconds_bucket{{{M}}}[30s]))",
+        ),
+        (
             # Per request where exported, else the token-gap histograms, never two mixed.
             "itl_buckets",
             f"sum by ({BY}, le) (increase("
@@ -124,7 +129,7 @@ def test_gpu_utilisation_joins_dcgm_on_the_pod() -> None:
 
 def test_one_combined_query_tags_every_signal() -> None:
     combined = combined_query(QUERIES)
-    assert combined.count("label_replace(") == len(QUERIES) == 15
+    assert combined.count("label_replace(") == len(QUERIES) == 16
     assert combined.count("\nor\n") == len(QUERIES) - 1
     assert (
         "label_replace(sum by (namespace, llmfleet_dev_service, llmfleet_dev_pool) (rate("
@@ -218,10 +223,13 @@ def test_parse_builds_histograms_from_buckets_in_any_order() -> None:
             bucket("itl_buckets", "0.025", "3"),
             # An answer cut short of the +Inf bucket cannot say how many requests there were.
             bucket("itl_buckets", "0.05", "3"),
+            bucket("prefill_buckets", "+Inf", "10"),
+            bucket("prefill_buckets", "2.5", "8"),
         ]
     )[PoolKey("ns", "chat", "decode")]
     assert parsed.ttft_histogram == LatencyHistogram((0.1, 2.5, math.inf), (4.0, 9.5, 10.0))
     assert parsed.itl_histogram is None
+    assert parsed.prefill_histogram == LatencyHistogram((2.5, math.inf), (8.0, 10.0))
     assert parsed.invalid() == ""
 
 

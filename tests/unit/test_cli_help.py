@@ -74,7 +74,7 @@ def test_a_component_command_is_a_leaf(component: str) -> None:
         pytest.param(
             "autoscaler", ["[default: (15)]", "[default: (all namespaces)]"], id="autoscaler"
         ),
-        pytest.param("sim", ["[default: 2]", "[default: 90.0]"], id="sim"),
+        pytest.param("sim", ["[default: 64]", "[default: 90.0]"], id="sim"),
     ],
 )
 def test_options_show_their_defaults(component: str, shown: list[str]) -> None:

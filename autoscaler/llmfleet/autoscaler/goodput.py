@@ -27,6 +27,19 @@ the mean at m = R / ln(1/s), and the percentile q = 1 - a the SLO holds for at
 ln(1/a) x m = R x ln(1/a) / ln(1/s). Target over that percentile is ln(1/s) / ln(1/a): 1 when
 the share is exactly the allowed a, 0.85 for 2% over a 1% allowance, 0.5 for 10%.
 
+Misses more replicas would not remove (`capacity_misses`). A prompt whose prefill alone takes
+longer than the TTFT target misses it on an idle engine; such misses say nothing about the
+capacity model, yet a light window of 25 requests with two of them would cut the correction by
+a fifth and keep the pool oversized for ten minutes. vLLM's prefill-time histogram
+(`vllm:request_prefill_time_seconds`) counts them: a request whose prefill phase is over a
+boundary has a TTFT over it too (TTFT = queue + prefill), so reading both at the same boundary
+(the TTFT's, or the next prefill boundary above it) and subtracting removes only requests the
+TTFT count holds, and from the total as well. NOTE: with chunked prefill a prompt's prefill
+phase also stretches when the engine is busy, so a few of the requests subtracted in an
+overloaded window are capacity misses; the queue it built still shows in the others. vLLM
+observes the prefill time when a request finishes, so a window may hold a request's prefill time
+and not its TTFT: the difference is clamped at zero.
+
 A handful of requests must not move it (one slow request of ten is a 10% share): the share used
 for a cut is the lower bound of its Wilson score interval (one-sided, `z`), so a cut needs
 evidence beyond chance, and a window with few requests cuts little or not at all.
@@ -110,6 +123,8 @@ class Over:
     total: float
     bound_s: float
     """The boundary read (the target itself, or the boundary `Round` picked for it)."""
+    prefill_bound: float = 0.0
+    """Requests left out of `over` and `total` as prefill-bound (`capacity_misses`)."""
 
     @property
     def share(self) -> float:
@@ -120,6 +135,19 @@ def over(histogram: LatencyHistogram, latency_s: float, rounding: Round = Round.
     total = histogram.total
     within, bound = histogram.within(latency_s, rounding)
     return Over(max(total - within, 0.0), total, bound)
+
+
+def capacity_misses(ttft: Over, prefill: LatencyHistogram | None) -> Over:
+    """`ttft` (requests over a TTFT boundary) without those whose prefill phase alone was over
+    it (module docstring); `ttft` itself when the engine exports no prefill histogram."""
+    if prefill is None or prefill.total <= 0:
+        return ttft
+    bound_s = ttft.bound_s
+    if bound_s <= 0 or math.isinf(bound_s):
+        return ttft
+    own = over(prefill, bound_s, Round.UP)
+    removed = min(own.over, ttft.over)
+    return Over(ttft.over - removed, max(ttft.total - removed, 0.0), bound_s, removed)
 
 
 def wilson_lower(over: Over, z: float) -> float:

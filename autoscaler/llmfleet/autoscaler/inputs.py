@@ -91,6 +91,9 @@ class PoolSignals:
     itl_histogram: LatencyHistogram | None = None
     """Requests of the rate window by their mean inter-token latency (seconds), or token gaps
     where the engine exports no per-request histogram (`signals.py`); None when not exported."""
+    prefill_histogram: LatencyHistogram | None = None
+    """Requests of the rate window by the time their prefill phase took (seconds): TTFT misses
+    a prompt's own length causes (`goodput.capacity_misses`); None when not exported."""
 
     def invalid(self) -> str:
         """The fields that are no number a load can have (NaN from a quantile over no samples,
@@ -114,7 +117,12 @@ class PoolSignals:
             for name, value in values.items()
             if value is not None and not (math.isfinite(value) and value >= 0)
         ]
-        for name, histogram in (("ttft", self.ttft_histogram), ("itl", self.itl_histogram)):
+        histograms = (
+            ("ttft", self.ttft_histogram),
+            ("itl", self.itl_histogram),
+            ("prefill", self.prefill_histogram),
+        )
+        for name, histogram in histograms:
             why = histogram.invalid() if histogram is not None else ""
             if why:
                 bad.append(f"{name}_histogram {why}")

@@ -27,7 +27,14 @@ from llmfleet.autoscaler.capacity import Evidence, default_capacity, learn, prof
 from llmfleet.autoscaler.decision import Decision, PoolDecision
 from llmfleet.autoscaler.floor import floor
 from llmfleet.autoscaler.forecast import Forecast, forecast
-from llmfleet.autoscaler.goodput import LatencyHistogram, Round, implied_ratio, over, wilson_lower
+from llmfleet.autoscaler.goodput import (
+    LatencyHistogram,
+    Round,
+    capacity_misses,
+    implied_ratio,
+    over,
+    wilson_lower,
+)
 from llmfleet.autoscaler.inputs import (
     PolicyConfig,
     PolicyState,
@@ -249,25 +256,40 @@ def _evidence(
     a histogram (or with no request in the window) the observed p95 against the target, the
     steadier of the quantiles a minute gives (a minute's p99 is a handful of requests)."""
     result: list[Evidence] = []
-    targets: list[tuple[float | None, LatencyHistogram | None, float | None]] = []
+    targets: list[
+        tuple[float | None, LatencyHistogram | None, float | None, LatencyHistogram | None]
+    ] = []
     if name in _PREFILL_ROLES:
-        targets.append((spec.slo.ttft_p95_ms, signals.ttft_histogram, signals.ttft_p95_ms))
+        targets.append(
+            (
+                spec.slo.ttft_p95_ms,
+                signals.ttft_histogram,
+                signals.ttft_p95_ms,
+                signals.prefill_histogram,
+            )
+        )
     if name in _DECODE_ROLES:
-        targets.append((spec.slo.itl_p95_ms, signals.itl_histogram, signals.itl_p95_ms))
+        targets.append((spec.slo.itl_p95_ms, signals.itl_histogram, signals.itl_p95_ms, None))
     allowed = 1.0 - config.latency_quantile
-    for target, histogram, p95 in targets:
+    for target, histogram, p95, own_time in targets:
         if target is None:
             continue
         if histogram is not None and histogram.total > 0:
-            # Misses at the next bucket boundary, comfort at the previous one (`goodput.py`).
-            late = over(histogram, target / 1000.0, Round.UP)
+            # Misses at the next bucket boundary, comfort at the previous one, and only misses
+            # more replicas would remove (`goodput.py`).
+            late = capacity_misses(over(histogram, target / 1000.0, Round.UP), own_time)
             cut = implied_ratio(wilson_lower(late, config.goodput_z), allowed)
-            relaxed = over(histogram, config.comfortable_latency * target / 1000.0, Round.DOWN)
+            relaxed = capacity_misses(
+                over(histogram, config.comfortable_latency * target / 1000.0, Round.DOWN),
+                own_time,
+            )
             comfortable = relaxed.bound_s > 0 and relaxed.share <= allowed
             source = (
                 f"goodput {late.share:.1%} of {late.total:.0f} over {1000 * late.bound_s:g} ms "
                 f"(allowed {allowed:.0%})"
             )
+            if late.prefill_bound:
+                source += f", {late.prefill_bound:.0f} prefill-bound left out"
             result.append(Evidence(cut, comfortable, source))
         elif p95 is not None and p95 > 0:
             comfortable = p95 <= config.comfortable_latency * target

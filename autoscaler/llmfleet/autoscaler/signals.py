@@ -48,6 +48,12 @@ Meaning of each field, and what absence means (`PoolSignals` documents units):
   `vllm:time_per_output_token_seconds`, where the share is of token gaps, not requests. Each
   fallback is taken only for the pools the preferred one has no series for (`unless on`), so
   bucket bounds of two histograms never mix. None when no series exists;
+- `prefill_histogram`: requests by the time their prefill phase took
+  (`vllm:request_prefill_time_seconds`, from first scheduled to first token), the same way: the
+  misses a prompt's own length causes, which more replicas would not remove (`goodput.py`,
+  `capacity_misses`). vLLM observes it when the request finishes, not at its first token, so it
+  may fall in a later window than the request's TTFT. None where the engine does not export it
+  (llm-d-inference-sim);
 - `preemption_rate`: `rate()` of `vllm:num_preemptions_total`; None when not exported (the
   simulator does not);
 - `gpu_utilization`: mean `DCGM_FI_DEV_GPU_UTIL` / 100 over the pool's GPUs, joined on
@@ -90,7 +96,11 @@ SIGNAL_LABEL = "llmfleet_signal"
 """Added to each signal's result to tell them apart in the combined answer."""
 
 _BY = f"{NAMESPACE_LABEL}, {SERVICE_LABEL}, {POOL_LABEL}"
-_HISTOGRAMS = {"ttft_buckets": "ttft_histogram", "itl_buckets": "itl_histogram"}
+_HISTOGRAMS = {
+    "ttft_buckets": "ttft_histogram",
+    "itl_buckets": "itl_histogram",
+    "prefill_buckets": "prefill_histogram",
+}
 """Signals whose samples are buckets (one per `le`) -> the PoolSignals field they make."""
 _DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 
@@ -206,6 +216,7 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
         ),
         "preemption_rate": rate("vllm:num_preemptions_total"),
         "ttft_buckets": buckets("vllm:time_to_first_token_seconds"),
+        "prefill_buckets": buckets("vllm:request_prefill_time_seconds"),
         "itl_buckets": first_of(
             "vllm:request_time_per_output_token_seconds",
             "vllm:inter_token_latency_seconds",
@@ -276,6 +287,7 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
             peak_prompt_tokens_rate=_number(found.get("peak_prompt_tokens_rate")),
             ttft_histogram=_histogram(buckets.get(key, {}).get("ttft_buckets")),
             itl_histogram=_histogram(buckets.get(key, {}).get("itl_buckets")),
+            prefill_histogram=_histogram(buckets.get(key, {}).get("prefill_buckets")),
         )
     return pools
 

@@ -49,6 +49,7 @@ class Seq:
         "need",
         "preemptions",
         "request",
+        "scheduled",
     )
 
     def __init__(self, request: Request) -> None:
@@ -64,6 +65,8 @@ class Seq:
         self.last_token = _INF
         self.finish = _INF
         self.preemptions = 0
+        self.scheduled = _INF
+        """When it was first admitted to the running batch (vLLM's `scheduled_ts`)."""
 
     @property
     def tokens(self) -> int:
@@ -87,6 +90,9 @@ class Recorder:
     done_output: list[int] = field(default_factory=list)
     done_tpot: list[float] = field(default_factory=list)
     """Per finished request: its mean gap between tokens (vLLM's per-request TPOT)."""
+    done_prefill: list[float] = field(default_factory=list)
+    """Per finished request: first admission to first token (vLLM's prefill time, observed at
+    the finish as vLLM does)."""
     prefill_time: list[float] = field(default_factory=list)
     prefill_tokens: list[int] = field(default_factory=list)
     arrival_time: list[float] = field(default_factory=list)
@@ -302,6 +308,7 @@ class Engine:
                     break
             self.waiting.popleft()
             self.running.append(q)
+            q.scheduled = min(q.scheduled, self.clock)
             q.cached = cached
             q.computed = cached
             self.kv_used += cached
@@ -322,6 +329,7 @@ class Engine:
                 rec.done_prompt.append(q.request.prompt_tokens)
                 rec.done_output.append(q.request.output_tokens)
                 rec.done_tpot.append((now - q.first_token) / max(q.request.output_tokens - 1, 1))
+                rec.done_prefill.append(q.first_token - q.scheduled)
             else:
                 keep.append(q)
         self.running = keep

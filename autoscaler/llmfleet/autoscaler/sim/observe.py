@@ -14,7 +14,10 @@ them (`autoscaler/signals.py`), from the simulated engines' records.
   interpolate inside histogram buckets); None when nothing was measured in it;
 - `ttft_histogram`, `itl_histogram`: the window's first tokens by TTFT and its finished requests
   by their mean token gap, in vLLM's own buckets (`TTFT_BUCKETS`, `TPOT_BUCKETS`), so the policy's
-  goodput sees the resolution production sees.
+  goodput sees the resolution production sees;
+- `prefill_histogram`: the window's finished requests by their prefill phase (admission to first
+  token), in the bounds of `vllm:request_prefill_time_seconds` (`PREFILL_BUCKETS`), observed at
+  the finish as vLLM observes it.
 
 The windows are cut at tick boundaries: `Meter.mark(now)` at every tick remembers how long each
 record list was, so a window is a slice, never a scan.
@@ -43,6 +46,12 @@ TPOT_BUCKETS = (
 )  # fmt: skip
 """`vllm:request_time_per_output_token_seconds`' bounds (vLLM `vllm/v1/metrics/loggers.py`, as
 its `time_per_output_token_seconds`; llm-d-inference-sim v0.10.2 exports the same)."""
+PREFILL_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+"""`vllm:request_prefill_time_seconds`' bounds: vLLM's request-latency buckets, shared by its
+e2e, queue, prefill and decode time histograms (`vllm/v1/metrics/loggers.py`)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class Observation:
     """One per pod that takes traffic or finishes it (serving, promoting, draining)."""
     ttft_histogram: LatencyHistogram | None = None
     itl_histogram: LatencyHistogram | None = None
+    prefill_histogram: LatencyHistogram | None = None
     ttft_mean_ms: float | None = None
     """Mean TTFT over the rate window (Dynamo's planner reads averages); None when none."""
     itl_mean_ms: float | None = None
@@ -152,6 +162,7 @@ class Meter:
             )
         ttft_histogram = LatencyHistogram.of(ttfts, TTFT_BUCKETS)
         itl_histogram = LatencyHistogram.of(r.done_tpot[done0:], TPOT_BUCKETS)
+        prefill_histogram = LatencyHistogram.of(r.done_prefill[done0:], PREFILL_BUCKETS)
         traffic = [
             p
             for p in pool.pods
@@ -181,6 +192,7 @@ class Meter:
             pods=tuple(_view(p) for p in traffic),
             ttft_histogram=ttft_histogram,
             itl_histogram=itl_histogram,
+            prefill_histogram=prefill_histogram,
             ttft_mean_ms=1000.0 * sum(ttfts) / len(ttfts) if ttfts else None,
             itl_mean_ms=_weighted_mean_ms(r.itl_value[itl0:], r.itl_weight[itl0:]),
         )

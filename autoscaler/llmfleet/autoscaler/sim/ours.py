@@ -103,6 +103,7 @@ class OurPolicy:
             peak_prompt_tokens_rate=observation.peak_prompt_tokens_rate,
             ttft_histogram=observation.ttft_histogram,
             itl_histogram=observation.itl_histogram,
+            prefill_histogram=observation.prefill_histogram,
         )
         self._signals = signals
         decision = decide(self._inputs(signals, observation), self.state, now, self.config)
