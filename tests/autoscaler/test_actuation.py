@@ -293,3 +293,24 @@ def test_a_file_that_is_no_profile_is_named_in_the_error(tmp_path: Path) -> None
         load_profiles(tmp_path)
     with pytest.raises(ProfileError, match="does not exist"):
         load_profiles(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("pools", "floor"),
+    [
+        pytest.param({"unified": {"replicas": 2, "minReplicas": None}}, 2, id="unset-policy-own"),
+        pytest.param({"unified": {"replicas": 2, "minReplicas": 1}}, 1, id="the-users"),
+        pytest.param({"unified": {"replicas": 3, "minReplicas": 3}}, 3, id="the-users-above-2"),
+    ],
+)
+def test_the_floor_a_decision_allowed_is_a_metric(
+    pools: dict[str, dict[str, Any]], floor: int
+) -> None:
+    kube, source = RecordingKube(body(pools=pools), serving(2)), Signals()
+    scaler = autoscaler(kube, source)
+    labels = {"namespace": "ns", "service": "svc", "pool": "unified"}
+    scaler.run_once(at(0))  # no signals: held fail-static, nothing sized, no floor yet
+    assert sample(scaler, "llmfleet_autoscaler_floor_replicas", **labels) is None
+    source.by_pool["unified"] = signals(0.5, seconds=15)  # needs one replica
+    scaler.run_once(at(15))
+    assert sample(scaler, "llmfleet_autoscaler_floor_replicas", **labels) == floor

@@ -16,6 +16,9 @@ class PoolDecision:
     reason: str
     limited: str = ""
     """Why this pool could not have what it needs; empty when it could."""
+    floor: int | None = None
+    """The lowest serving count this decision allowed (minReplicas, or the policy's own when
+    it is unset: `floor.py`); None when the pool was held without sizing it."""
 
 
 @dataclass(frozen=True)

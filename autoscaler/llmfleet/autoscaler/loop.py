@@ -195,6 +195,8 @@ class Autoscaler:
             labels = (namespace, name, pool)
             self.metrics.desired_replicas.labels(*labels).set(plan.active)
             self.metrics.desired_spares.labels(*labels).set(plan.spares)
+            if plan.floor is not None:
+                self.metrics.floor_replicas.labels(*labels).set(plan.floor)
             if pool not in signals:
                 self.metrics.signals_missing.labels(*labels, missing_cause).inc()
         self.metrics.limited.labels(namespace, name).set(1 if decision.limited else 0)

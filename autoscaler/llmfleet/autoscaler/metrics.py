@@ -23,6 +23,13 @@ class AutoscalerMetrics:
             labels,
             registry=self.registry,
         )
+        self.floor_replicas = Gauge(
+            "llmfleet_autoscaler_floor_replicas",
+            "Lowest serving count the last sizing of a pool allowed: its minReplicas, or when "
+            "unset the policy's own floor (2 until the pool's load is measured light, then 1).",
+            labels,
+            registry=self.registry,
+        )
         self.scale_events = Counter(
             "llmfleet_autoscaler_scale_events_total",
             "Changes of a pool's serving replica count, by direction (up or down).",

@@ -241,7 +241,7 @@ def _pool(
         low_since=low_since,
         low_peak=low_peak,
     )
-    return replace(decision, spares=spares, reason=reason), False, next_state
+    return replace(decision, spares=spares, reason=reason, floor=minimum), False, next_state
 
 
 def _evidence(
