@@ -168,8 +168,9 @@ class InferenceServiceSpec(ApiModel):
 
     def minimum_gpus(self) -> int:
         """The fewest GPUs the spec lets the service run on, its minimum footprint: every pool's
-        least replicas (with autoscaling on `minReplicas`, 1 when unset, as the autoscaler's
-        floor; with it off `replicas`), warm spares not counted (the budget trims them first)."""
+        least replicas (with autoscaling on `minReplicas`, 1 when unset: the budget may trim the
+        autoscaler's own floor of 2 to that; with it off `replicas`), warm spares not counted
+        (the budget trims them first)."""
         autoscaled = self.autoscaling.enabled
         least = [
             (1 if pool.min_replicas is None else pool.min_replicas) if autoscaled else pool.replicas
