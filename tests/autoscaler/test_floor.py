@@ -95,3 +95,14 @@ def test_the_policy_holds_two_then_scales_a_light_pool_to_one() -> None:
     assert actives[34] == 2  # measured light at 30 min; the 300 s window still runs
     assert actives[36] == 1
     assert actives[40] == 1
+
+
+def test_a_gpu_budget_of_one_pod_trims_the_policys_own_floor() -> None:
+    """Admission counts an unset minReplicas as 1, so a budget of one pod is valid: the floor of
+    2 the policy would keep gives way to it, and the reason says so."""
+    service_spec = spec(pools={"unified": {"replicas": 1, "minReplicas": None}}, gpu_budget=1)
+    observed = inputs(service_spec, unified=pool(1, signals(0.5)))
+    made = decide(observed, PolicyState(), at(0)).pools["unified"]
+    assert made.active == 1
+    assert "raised to default floor 2" in made.reason
+    assert "GPU budget 1 reached" in made.reason
