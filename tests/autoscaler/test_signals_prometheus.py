@@ -168,11 +168,19 @@ def goodput_load(
     prometheus_binary: Path, sim_binary: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[PoolSignals, Load]:
     """Two unified engines under load for a rate window, read once after the last scrape."""
-    directory = tmp_path_factory.mktemp("goodput")
     unified = EngineSpec("ns", "chat", "unified", LATENCY)
+    directory = tmp_path_factory.mktemp("goodput")
+    return _loaded_window(prometheus_binary, sim_binary, directory, unified, unified)
+
+
+def _loaded_window(
+    prometheus_binary: Path, sim_binary: Path, directory: Path, *specs: EngineSpec
+) -> tuple[PoolSignals, Load]:
+    """Engines (one unified pool) under load for a rate window, read once after the last
+    scrape; the load's `read_at` is when."""
     with (
         Prometheus(prometheus_binary, directory) as prometheus,
-        engines(sim_binary, unified, unified) as started,
+        engines(sim_binary, *specs) as started,
     ):
         prometheus.set_targets(started)
         prometheus.wait_scraped(started)
@@ -228,19 +236,7 @@ def test_prefill_bound_misses_from_a_real_prometheus(
     prefill-time histogram, read through the same query, says each of them is the prompt's own
     (vLLM's TTFT and request-latency buckets share the 0.5 s bound)."""
     slow = EngineSpec("ns", "chat", "unified", ("--time-to-first-token", "600ms"))
-    with (
-        Prometheus(prometheus_binary, tmp_path) as prometheus,
-        engines(sim_binary, slow) as started,
-    ):
-        prometheus.set_targets(started)
-        prometheus.wait_scraped(started)
-        signals = PrometheusSignals(prometheus.url, rate_window=f"{WINDOW_S}s")
-        load = Load(started)
-        with load.running():
-            time.sleep(WINDOW_S)
-        time.sleep(1.5)  # one more scrape after the last request
-        found = signals.read("ns", "chat", ["unified"]).get("unified")
-    assert found is not None
+    found, _ = _loaded_window(prometheus_binary, sim_binary, tmp_path, slow)
     assert found.ttft_histogram is not None
     late = over(found.ttft_histogram, 0.5, Round.UP)
     assert late.total > 0
