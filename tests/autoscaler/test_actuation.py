@@ -314,3 +314,43 @@ def test_the_floor_a_decision_allowed_is_a_metric(
     source.by_pool["unified"] = signals(0.5, seconds=15)  # needs one replica
     scaler.run_once(at(15))
     assert sample(scaler, "llmfleet_autoscaler_floor_replicas", **labels) == floor
+
+
+def test_a_restarted_autoscaler_keeps_a_pool_it_measured_light_at_one() -> None:
+    """minReplicas unset: 31 minutes of load one replica serves make the floor 1. The memory
+    behind it is in status.autoscaling, so a new process carries on from it, where one without
+    that memory would start over at the safe floor of 2."""
+    light = {"unified": {"replicas": 2, "minReplicas": None}}
+    kube, source = RecordingKube(body(pools=light), serving(2)), Signals()
+    first = autoscaler(kube, source)
+    labels = {"namespace": "ns", "service": "svc", "pool": "unified"}
+    for minute in range(0, 32):
+        source.by_pool["unified"] = signals(0.5, seconds=minute * 60)
+        first.run_once(at(minute * 60))
+    assert sample(first, "llmfleet_autoscaler_floor_replicas", **labels) == 1
+    kept = kube.body["status"]["autoscaling"]["pools"]["unified"]["floorMemory"]
+    assert kept == {"observedSince": "2026-01-01T00:00:00Z", "longestLullSeconds": 0.0}
+
+    source.by_pool["unified"] = signals(0.5, seconds=32 * 60)
+    restarted = autoscaler(kube, source)
+    restarted.run_once(at(32 * 60))
+    assert sample(restarted, "llmfleet_autoscaler_floor_replicas", **labels) == 1
+
+    forgetful = autoscaler(RecordingKube(body(pools=light), serving(2)), source)
+    forgetful.run_once(at(32 * 60))
+    assert sample(forgetful, "llmfleet_autoscaler_floor_replicas", **labels) == 2
+
+
+def test_setting_min_replicas_removes_the_floors_memory() -> None:
+    kube, source = (
+        RecordingKube(body(pools={"unified": {"minReplicas": None}}), serving(1)),
+        Signals(),
+    )
+    scaler = autoscaler(kube, source)
+    source.by_pool["unified"] = signals(0.5, seconds=0)
+    scaler.run_once(at(0))
+    assert kube.writes[-1]["pools"]["unified"]["floorMemory"]["observedSince"]
+    kube.body["spec"]["topology"]["unified"]["minReplicas"] = 1
+    source.by_pool["unified"] = signals(0.5, seconds=60)
+    scaler.run_once(at(60))
+    assert kube.writes[-1]["pools"]["unified"]["floorMemory"] is None  # null: merge patch removes

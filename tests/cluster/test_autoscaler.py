@@ -32,7 +32,7 @@ from tests.crds.cases import SAMPLES_DIR
 pytestmark = pytest.mark.cluster
 
 SUFFIX = os.getpid() % 10000
-NAMESPACES = {name: f"as-{name}-{SUFFIX}" for name in ("promote", "limited")}
+NAMESPACES = {name: f"as-{name}-{SUFFIX}" for name in ("promote", "limited", "floor")}
 MODEL = "Qwen/Qwen2.5-7B-Instruct"  # spares.yaml's model
 
 
@@ -89,6 +89,11 @@ def ns_promote(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
 @pytest.fixture
 def ns_limited(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
     yield from namespace(kube, "limited")
+
+
+@pytest.fixture
+def ns_floor(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
+    yield from namespace(kube, "floor")
 
 
 def autoscaler(kube: Kube, ns: str, load: ScriptedLoad) -> Autoscaler:
@@ -232,3 +237,44 @@ def test_exhausted_gpus_give_scaling_limited_not_more_pending_pods(
     time.sleep(2)  # the operator has had time to act on anything new
     assert len(pods(kube, ns)) == wanted
     assert len(pending()) == wanted - 2
+
+
+UNSET_FLOOR = """
+apiVersion: llmfleet.dev/v1alpha1
+kind: InferenceService
+metadata:
+  name: light
+spec:
+  model: {name: "Qwen/Qwen2.5-7B-Instruct"}
+  runtime:
+    gpu: {type: H100, count: 1}
+  topology:
+    unified: {replicas: 1, maxReplicas: 4}
+  autoscaling: {enabled: true}
+"""
+
+
+def test_an_unset_min_replicas_is_the_policys_floor_and_its_memory_survives_a_restart(
+    kube: Kube, ns_floor: str
+) -> None:
+    """minReplicas unset: a load one replica serves still gets two (the policy's floor until it
+    measures the pool light), and what it measured is in status.autoscaling as the API server
+    stores it (the CRD's schema keeps `floorMemory`), for a restarted autoscaler to read back."""
+    ns, name = ns_floor, "light"
+    kube.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=UNSET_FLOOR)
+    wait_ready(kube, ns, name)
+    load = ScriptedLoad(rate=1.0)  # one replica's worth
+    (first,) = autoscaler(kube, ns, load).run_once(datetime.now(UTC))
+    assert first.written
+    stored = decided(kube, ns, name)["pools"]["unified"]
+    assert stored["active"] == 2, stored["reason"]
+    assert "raised to default floor 2 (minReplicas unset" in stored["reason"]
+    memory = stored["floorMemory"]
+    assert memory["observedSince"].endswith("Z")
+    assert memory["longestLullSeconds"] == 0
+
+    (again,) = autoscaler(kube, ns, load).run_once(datetime.now(UTC))
+    assert again.decision.state.pools["unified"].observed_since == datetime.fromisoformat(
+        memory["observedSince"].replace("Z", "+00:00")
+    )
+    kube.wait_for(lambda: sum(map(ready, pods(kube, ns))) == 2, 90, "two Ready pods")

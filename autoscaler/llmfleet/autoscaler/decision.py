@@ -5,8 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from llmfleet.autoscaler.inputs import PolicyState
-from llmfleet.crds.inference_service import AutoscalingPoolDecision, AutoscalingStatus
+from llmfleet.autoscaler.inputs import PolicyState, PoolState
+from llmfleet.crds.inference_service import (
+    AutoscalingPoolDecision,
+    AutoscalingStatus,
+    FloorMemory,
+)
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,58 @@ class Decision:
         return AutoscalingStatus(
             pools={
                 name: AutoscalingPoolDecision(
-                    active=p.active, spares=p.spares, reason=p.reason[:1024]
+                    active=p.active,
+                    spares=p.spares,
+                    reason=p.reason[:1024],
+                    floor_memory=floor_memory(self.state.pool(name)),
                 )
                 for name, p in self.pools.items()
             },
-            last_decision_time=self.decided_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            last_decision_time=_rfc3339(self.decided_at),
             limited=self.limited,
             message=self.message[:4096],
         )
+
+
+def floor_memory(state: PoolState) -> FloorMemory | None:
+    """The part of a pool's state its floor needs across a restart (`floor.py`); None for a
+    pool whose floor is the user's minReplicas (the policy keeps no such memory for it)."""
+    if state.observed_since is None:
+        return None
+    return FloorMemory(
+        observed_since=_rfc3339(state.observed_since),
+        busy_at=_rfc3339(state.busy_at) if state.busy_at is not None else None,
+        longest_lull_seconds=state.longest_lull_s,
+    )
+
+
+def remembered(status: AutoscalingStatus | None) -> PolicyState:
+    """The policy state a restarted autoscaler starts from: the floors' memory written in
+    `status.autoscaling`; everything else (averages, corrections, timers) starts afresh."""
+    pools: dict[str, PoolState] = {}
+    for name, decided in (status.pools if status else {}).items():
+        memory = decided.floor_memory
+        since = _time(memory.observed_since) if memory else None
+        if memory is None or since is None:
+            continue
+        pools[name] = PoolState(
+            observed_since=since,
+            busy_at=_time(memory.busy_at),
+            longest_lull_s=memory.longest_lull_seconds,
+        )
+    return PolicyState(pools)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _time(value: str | None) -> datetime | None:
+    """An RFC 3339 time written by `_rfc3339`; None for none or for text that is not one."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None

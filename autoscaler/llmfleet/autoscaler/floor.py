@@ -41,9 +41,11 @@ def floor(
     config: PolicyConfig,
 ) -> tuple[Floor, PoolState]:
     """The pool's floor for a decision whose load needs `need` replicas at `observed_at`, and
-    the state with the load's memory updated (unchanged when the user set minReplicas)."""
+    the state with the load's memory updated (emptied when the user set minReplicas: should it
+    be unset again, the policy measures afresh)."""
     if pool_spec.min_replicas is not None:
-        return Floor(pool_spec.min_replicas, f"minReplicas {pool_spec.min_replicas}"), state
+        forgotten = replace(state, observed_since=None, busy_at=None, longest_lull_s=0.0)
+        return Floor(pool_spec.min_replicas, f"minReplicas {pool_spec.min_replicas}"), forgotten
     default = config.unset_min_replicas
     since = state.observed_since or observed_at
     lull = state.longest_lull_s

@@ -4,7 +4,9 @@ policy, and write the decision to `status.autoscaling` (the operator acts on it)
 The policy's memory (`PolicyState`: rate averages, learnt corrections, scale-down timers) lives
 here, keyed by the service's uid, so a service deleted and created again starts afresh. A restart
 forgets it: the averages start again from the current rate and a due scale-down waits one more
-stabilisation window; the counts themselves are read back from `status.autoscaling`.
+stabilisation window; the counts themselves are read back from `status.autoscaling`, and so is
+what the policy measured for the floors it chooses (`floor.py`; `decision.remembered`), so a pool
+measured light stays at one replica.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from llmfleet.autoscaler.decision import Decision
+from llmfleet.autoscaler.decision import Decision, remembered
 from llmfleet.autoscaler.inputs import (
     PolicyConfig,
     PolicyState,
@@ -183,7 +185,9 @@ class Autoscaler:
                 for pool in pools
             },
         )
-        state = self.states.get(uid, PolicyState())
+        # A service this process has not sized yet starts from what status.autoscaling kept of
+        # its floors (after a restart), never from nothing when something was measured.
+        state = self.states.get(uid) or remembered(current)
         if fast:
             decision = decide_fast(inputs, state, now, self.config)
         else:
@@ -211,6 +215,10 @@ class Autoscaler:
         wire: dict[str, Any] = status.to_wire()
         gone = set(current.pools) - set(status.pools) if current else set()
         wire["pools"] = {**wire.get("pools", {}), **dict.fromkeys(gone)}  # null removes a key
+        for pool, decided in status.pools.items():
+            kept = current.pools.get(pool) if current else None
+            if decided.floor_memory is None and kept is not None and kept.floor_memory:
+                wire["pools"][pool]["floorMemory"] = None  # minReplicas was set since: forget
         written = self.kube.write_autoscaling(namespace, name, wire)
         if written:
             self._report_changes(body, current, decision)

@@ -271,6 +271,19 @@ class StableSpec(ApiModel):
     canary it was promoted from. Empty: they are `<service>-<pool>`."""
 
 
+class FloorMemory(ApiModel):
+    """What the autoscaler measured of a pool whose minReplicas is unset (it chooses the floor:
+    2 until the load is measured light, then 1), kept here so that a restarted autoscaler does
+    not take a pool it had measured light back to 2."""
+
+    observed_since: Annotated[str, Field(max_length=64)]
+    """When the autoscaler first sized the pool (RFC 3339)."""
+    busy_at: Annotated[str, Field(max_length=64)] | None = None
+    """The last sizing that needed 2 replicas or more (RFC 3339); none yet when unset."""
+    longest_lull_seconds: float = Field(ge=0, default=0.0)
+    """Longest time between two such sizings (the quiet before the first included)."""
+
+
 class AutoscalingPoolDecision(ApiModel):
     active: int = Field(ge=0)
     """Serving replicas the autoscaler wants."""
@@ -278,6 +291,8 @@ class AutoscalingPoolDecision(ApiModel):
     """Warm spares the autoscaler wants on top."""
     reason: Annotated[str, Field(max_length=1024)] = ""
     """Why (the policy's reason string)."""
+    floor_memory: FloorMemory | None = None
+    """What the autoscaler measured for its own floor (pools whose minReplicas is unset)."""
 
 
 class AutoscalingStatus(ApiModel):
