@@ -71,7 +71,7 @@ def test_a_min_replicas_the_user_set_is_the_floor_whatever_the_load(minimum: int
 
 
 def test_a_fresh_memory_starts_at_the_safe_floor() -> None:
-    """An autoscaler that restarts forgets the measured load: back to 2 until measured again."""
+    """A pool with no memory (never sized, or its status lost): 2 until measured."""
     made, _ = floor(UNSET, PoolState(), 0, at(10_000), PolicyConfig())
     assert made.replicas == 2
     assert "minReplicas unset" in made.why

@@ -8,8 +8,10 @@ no decision has needed `unset_min_replicas` or more for `light_after_s` (30 min)
 the longest lull seen between two such needs (the quiet before the first one included). A
 service whose bursts recur every twenty minutes thus keeps its floor through the lulls, while
 one that a single replica has served all along (a light chat service, a model few teams call)
-stops paying for a second GPU. The first need of two or more raises the floor again at once;
-memory starts empty, so a restarted autoscaler goes back to the safe floor.
+stops paying for a second GPU. The first need of two or more raises the floor again at once.
+The memory is written to `status.autoscaling.pools.*.floorMemory` (`decision.floor_memory`) and
+read back by a restarted autoscaler (`decision.remembered`); a pool without it starts at the
+safe floor.
 
 NOTE: a warm spare instead of the second serving pod (1 + 1) holds the same GPU, so it is no
 cheaper; it only serves later. What saves GPU-hours is running one pod where one suffices.

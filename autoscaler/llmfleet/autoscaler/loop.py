@@ -212,14 +212,7 @@ class Autoscaler:
         if _counts(current) == _counts(status) and not due:
             return Outcome(namespace, name, decision, written=False)
 
-        wire: dict[str, Any] = status.to_wire()
-        gone = set(current.pools) - set(status.pools) if current else set()
-        wire["pools"] = {**wire.get("pools", {}), **dict.fromkeys(gone)}  # null removes a key
-        for pool, decided in status.pools.items():
-            kept = current.pools.get(pool) if current else None
-            if decided.floor_memory is None and kept is not None and kept.floor_memory:
-                wire["pools"][pool]["floorMemory"] = None  # minReplicas was set since: forget
-        written = self.kube.write_autoscaling(namespace, name, wire)
+        written = self.kube.write_autoscaling(namespace, name, _patch(status, current))
         if written:
             self._report_changes(body, current, decision)
         return Outcome(namespace, name, decision, written)
@@ -247,6 +240,20 @@ class Autoscaler:
             log.warning(
                 "%s/%s limited: %s", metadata["namespace"], metadata["name"], decision.message
             )
+
+
+def _patch(status: AutoscalingStatus, current: AutoscalingStatus | None) -> dict[str, Any]:
+    """The merge patch that makes `current` into `status`: a null removes what the decision no
+    longer has (a pool gone from the spec, the floor's memory of a pool whose minReplicas was
+    set since)."""
+    wire: dict[str, Any] = status.to_wire()
+    gone = set(current.pools) - set(status.pools) if current else set()
+    wire["pools"] = {**wire.get("pools", {}), **dict.fromkeys(gone)}
+    for pool, decided in status.pools.items():
+        kept = current.pools.get(pool) if current else None
+        if decided.floor_memory is None and kept is not None and kept.floor_memory:
+            wire["pools"][pool]["floorMemory"] = None
+    return wire
 
 
 def _with_gauges(
