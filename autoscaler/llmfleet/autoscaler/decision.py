@@ -76,12 +76,12 @@ def remembered(status: AutoscalingStatus | None) -> PolicyState:
     pools: dict[str, PoolState] = {}
     for name, decided in (status.pools if status else {}).items():
         memory = decided.floor_memory
-        since = _time(memory.observed_since) if memory else None
+        since = parse_time(memory.observed_since) if memory else None
         if memory is None or since is None:
             continue
         pools[name] = PoolState(
             observed_since=since,
-            busy_at=_time(memory.busy_at),
+            busy_at=parse_time(memory.busy_at),
             longest_lull_s=memory.longest_lull_seconds,
         )
     return PolicyState(pools)
@@ -91,8 +91,9 @@ def _rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _time(value: str | None) -> datetime | None:
-    """An RFC 3339 time written by `_rfc3339`; None for none or for text that is not one."""
+def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time as `status.autoscaling` holds it; None for none, for text that is not
+    one, or for one without a zone (it could not be compared with the policy's clock)."""
     if not value:
         return None
     try:

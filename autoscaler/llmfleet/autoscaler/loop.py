@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from llmfleet.autoscaler.decision import Decision, remembered
+from llmfleet.autoscaler.decision import Decision, parse_time, remembered
 from llmfleet.autoscaler.inputs import (
     PolicyConfig,
     PolicyState,
@@ -60,15 +60,6 @@ class Outcome:
     name: str
     decision: Decision
     written: bool
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _counts(status: AutoscalingStatus | None) -> object:
@@ -205,7 +196,7 @@ class Autoscaler:
                 self.metrics.signals_missing.labels(*labels, missing_cause).inc()
         self.metrics.limited.labels(namespace, name).set(1 if decision.limited else 0)
 
-        last = _parse_time(current.last_decision_time) if current else None
+        last = parse_time(current.last_decision_time) if current else None
         due = not fast and (
             last is None or (now - last).total_seconds() >= self.status_refresh_seconds
         )

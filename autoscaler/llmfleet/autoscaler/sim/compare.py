@@ -47,10 +47,10 @@ from llmfleet.core.errors import UserError
 from llmfleet.crds.spec import SloSpec
 
 GOAL = 99.0
+"""Attainment (%) a policy must reach for both TTFT and ITL to count as meeting the SLO."""
 BASELINE_MIN_REPLICAS = 2
 """The baselines' minReplicas when `Options.min_replicas` is None: two serving pods, what a
 production service sets for availability (KEDA's `minReplicaCount`, an HPA's `minReplicas`)."""
-"""Attainment (%) a policy must reach for both TTFT and ITL to count as meeting the SLO."""
 
 
 @dataclass(frozen=True)
