@@ -181,6 +181,13 @@ def _root_owned(_rel: str, _st: object) -> tuple[int, int]:
     return 0, 0
 
 
+def _owner(recipe: Recipe) -> Callable[[str, object], tuple[int, int]]:
+    """root owns everything but the recipe's `owned` directories (the image's user does)."""
+    uid, gid = (int(part) for part in USER.split(":"))
+    owned = {directory.lstrip("/") for directory in recipe.owned}
+    return lambda rel, _st: (uid, gid) if rel in owned else (0, 0)
+
+
 def build_image(name: str, progress: Progress | None = None, force: bool = False) -> BuiltImage:
     """The image `name` built from the current sources, unless an archive of the same inputs is
     in the cache (or `force`); waits while another process builds it."""
@@ -268,16 +275,18 @@ def _build(
                    find_links=[dist])  # fmt: skip
     python.compile_bytecode(app_stage, interp)
     layers.append(oci.write_layer(app_stage, work / "app.tar.gz", owner=_root_owned))
-    if extras:
+    if extras or recipe.owned:
+        for directory in recipe.owned:
+            (extra_stage / directory.lstrip("/")).mkdir(parents=True)
         for extra, path in extras:
             target = extra_stage / extra.path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
             target.chmod(extra.mode)
-        layers.append(oci.write_layer(extra_stage, work / "extras.tar.gz", owner=_root_owned))
+        layers.append(oci.write_layer(extra_stage, work / "extras.tar.gz", owner=_owner(recipe)))
     say(f"{recipe.name}: the archive")
     config = oci.ImageConfig(
-        user=USER, entrypoint=recipe.entrypoint, cmd=recipe.cmd, env=recipe.full_env,
+        user=USER, entrypoint=recipe.entrypoint, cmd=recipe.cmd, env=recipe.env,
         workdir=recipe.workdir, ports=recipe.ports, labels=recipe.labels(version),
     )  # fmt: skip
     annotations = {}

@@ -114,15 +114,14 @@ class Recipe:
     """Directories that must be volumes (the root filesystem is read-only); a label says so."""
     extras: tuple[Extra, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
-    """On top of `BASE_ENV`."""
+    """The whole environment of the config (an external base's PATH is the base's own)."""
     workdir: str = "/"
+    owned: tuple[str, ...] = ()
+    """Directories made in the image's top layer, owned by `USER` (a home for the user of an
+    external base, whose /etc/passwd this build cannot change)."""
 
     def reference(self, version: str) -> str:
         return f"{self.repository}:{version}"
-
-    @property
-    def full_env(self) -> tuple[tuple[str, str], ...]:
-        return (*BASE_ENV, *self.env)
 
     def labels(self, version: str) -> tuple[tuple[str, str], ...]:
         labels = [
@@ -137,13 +136,13 @@ class Recipe:
         return tuple(labels)
 
 
-BASE_ENV = (
-    ("PATH", PATH),
+PYTHON_ENV = (
     ("PYTHONUNBUFFERED", "1"),
     # The root filesystem is read-only: Python must not try to write bytecode next to sources
-    # (the builds compile it in place, in hash-checked form).
+    # (the Debian images compile it at build time, in hash-checked form).
     ("PYTHONDONTWRITEBYTECODE", "1"),
 )
+DEBIAN_ENV = (("PATH", PATH), *PYTHON_ENV)
 
 _CORE = Copy("core/llmfleet/core/*.py", "core/llmfleet/core/")
 """core's own modules only: its subpackages cluster/, local/ and images/ are the local-cluster
@@ -176,6 +175,7 @@ CONTROL_PLANE = Recipe(
     # The gateway's API, then the operator's and the autoscaler's /metrics (their defaults).
     ports=(8080, 8081, 8082),
     writable=("/tmp",),
+    env=DEBIAN_ENV,
 )
 
 ENGINE_LOCAL = Recipe(
@@ -204,6 +204,7 @@ ENGINE_LOCAL = Recipe(
     # 8000: the engine (OpenAI API, /health, /metrics); 8001: the launcher's side port.
     ports=(8000, 8001),
     writable=("/tmp",),
+    env=DEBIAN_ENV,
 )
 
 RUNTIME = Recipe(
@@ -216,13 +217,19 @@ RUNTIME = Recipe(
     base=ExternalBase("vllm/vllm-openai:v0.33.0", python="/usr/bin/python3"),
     requirements=LAUNCHER_REQUIREMENTS,
     copies=(_META, _README, _CORE, _RUNTIME),
-    entrypoint=("llmfleet-runtime",),
+    # By its path: PATH stays the base's (vLLM's `vllm` and Python first), never the venv's.
+    entrypoint=(f"{VENV}/bin/llmfleet-runtime",),
     cmd=("serve", "--config", "/etc/llmfleet/runtime.yaml"),
     ports=(8000, 8001),
     # Hugging Face's cache and vLLM's compile caches live under HOME.
     writable=("/tmp", "/home/llmfleet"),
-    env=(("HOME", "/home/llmfleet"), ("HF_HOME", "/home/llmfleet/.cache/huggingface")),
+    env=(
+        *PYTHON_ENV,
+        ("HOME", "/home/llmfleet"),
+        ("HF_HOME", "/home/llmfleet/.cache/huggingface"),
+    ),
     workdir="/home/llmfleet",
+    owned=("/home/llmfleet",),
 )
 
 RECIPES = {recipe.name: recipe for recipe in (CONTROL_PLANE, ENGINE_LOCAL, RUNTIME)}
