@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.core.cluster import LocalCluster, build, oci, realnode
+from llmfleet.core.cluster import LocalCluster, build, pause, realnode
 from llmfleet.core.cluster.nodes import NodePool
 from llmfleet.core.cluster.realnode_config import POD_SUBNET, REAL_NODE_LABEL
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
@@ -34,15 +34,8 @@ SECRET_VALUE = "s3cr3t-from-a-secret"
 def busybox_archive(directory: Path) -> Path:
     binary = build.ensure_binary("busybox")
     target = directory / "busybox.oci.tar"
-    oci.write_archive(
-        target,
-        reference=BUSYBOX,
-        files=[
-            oci.File("bin/busybox", binary.read_bytes(), mode=0o755),
-            oci.File("www/index.html", b"real node\n"),
-        ],
-        entrypoint=["/bin/busybox"],
-    )
+    files = {"bin/busybox": (binary.read_bytes(), 0o755), "www/index.html": (b"real node\n", 0o644)}
+    pause.write_file_image(target, BUSYBOX, files, ["/bin/busybox"])
     return target
 
 

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import json
-import tarfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -14,7 +9,6 @@ from typing import Any
 import pytest
 
 from llmfleet.core import netns
-from llmfleet.core.cluster import oci
 from llmfleet.core.cluster import realnode_config as config
 from llmfleet.core.cluster.local import ClusterSpec, LocalCluster, kwokctl_config
 from llmfleet.core.cluster.nodes import NodePool
@@ -110,31 +104,3 @@ def _link(name: str, kind: str, master: str | None = None) -> dict[str, Any]:
 )
 def test_only_links_the_run_made_count_as_inside(link: dict[str, Any], made: bool) -> None:
     assert (netns.run_made([link]) == [link["ifname"]]) is made
-
-
-def test_oci_archives_are_reproducible_and_consistent(tmp_path: Path) -> None:
-    files = [oci.File("bin/tool", b"\x7fELF...", mode=0o755), oci.File("etc/x", b"x\n")]
-    first = oci.write_archive(tmp_path / "a.tar", reference="r.local/x:1", files=files,
-                              entrypoint=["/bin/tool"])  # fmt: skip
-    second = oci.write_archive(tmp_path / "b.tar", reference="r.local/x:1", files=files[::-1],
-                               entrypoint=["/bin/tool"])  # fmt: skip
-    assert first == second
-    assert (tmp_path / "a.tar").read_bytes() == (tmp_path / "b.tar").read_bytes()
-    with tarfile.open(tmp_path / "a.tar") as archive:
-        blobs = {
-            member.name: archive.extractfile(member).read()  # type: ignore[union-attr]
-            for member in archive.getmembers()
-        }
-    for name, blob in blobs.items():
-        if name.startswith("blobs/sha256/"):
-            assert hashlib.sha256(blob).hexdigest() == name.rsplit("/", 1)[1]
-    index = json.loads(blobs["index.json"])
-    assert index["manifests"][0]["annotations"]["io.containerd.image.name"] == "r.local/x:1"
-    manifest = json.loads(blobs["blobs/sha256/" + first.split(":")[1]])
-    config_blob = json.loads(blobs["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
-    layer = blobs["blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1]]
-    diff_id = "sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest()
-    assert config_blob["rootfs"]["diff_ids"] == [diff_id]
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer))) as contents:
-        assert contents.getnames() == ["bin/tool", "etc/x"]
-        assert contents.getmember("bin/tool").mode == 0o755

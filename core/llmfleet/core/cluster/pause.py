@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from llmfleet.core.cluster import build, oci
+from llmfleet.core.cluster import build
 from llmfleet.core.cluster.errors import ClusterError
 from llmfleet.core.cluster.realnode_config import SANDBOX_IMAGE
+from llmfleet.core.images import oci
 
 SOURCE = r"""
 #include <signal.h>
@@ -65,11 +68,28 @@ def archive() -> Path:
     if compiled.returncode != 0:
         raise ClusterError(f"compiling the pause program failed: {compiled.stderr.strip()[-300:]}")
     partial = directory / "pause.oci.tar.partial"
-    oci.write_archive(
-        partial,
-        reference=SANDBOX_IMAGE,
-        files=[oci.File("pause", program.read_bytes(), mode=0o755)],
-        entrypoint=["/pause"],
-    )
+    write_file_image(partial, SANDBOX_IMAGE, {"pause": (program.read_bytes(), 0o755)}, ["/pause"])
     partial.rename(target)
     return target
+
+
+def write_file_image(
+    out: Path, reference: str, files: Mapping[str, tuple[bytes, int]], entrypoint: Sequence[str]
+) -> str:
+    """A one-layer image of a few files (path -> (bytes, mode)), owned by root, reproducible;
+    returns its digest. For tiny images such as the pause program or a test's static binary."""
+    with tempfile.TemporaryDirectory(prefix="file-image-") as scratch:
+        root = Path(scratch) / "root"
+        for name, (data, mode) in files.items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(mode)
+        for directory in [root, *(path for path in root.rglob("*") if path.is_dir())]:
+            directory.chmod(0o755)
+        layer = oci.write_layer(root, Path(scratch) / "layer.tar.gz", owner=lambda *_: (0, 0))
+        config = oci.ImageConfig(
+            user="0:0", entrypoint=tuple(entrypoint), cmd=(), env=(), workdir="/", ports=(),
+            labels=(),
+        )  # fmt: skip
+        return oci.write_archive(out, reference, [layer], config)
