@@ -117,7 +117,7 @@ def volumes(service: InferenceService) -> list[dict[str, Any]]:
 
 
 def volume_mounts(service: InferenceService) -> list[dict[str, Any]]:
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "home", "mountPath": HOME_DIR},
         {"name": "tmp", "mountPath": TMP_DIR},
         {"name": "model-cache", "mountPath": MODEL_CACHE_DIR},
