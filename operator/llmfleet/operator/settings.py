@@ -19,6 +19,12 @@ class OperatorSettings(LoopbackSettings):
     """The one server-side-apply field manager every write of the operator uses."""
     runtime_image: str = "ghcr.io/llmfleet/runtime:0.1.0"
     """Engine image when a service's `runtime.image` is unset (DESIGN.md §6)."""
+    engine_image_pull_secrets: list[str] = []
+    """Secrets (in each service's namespace) to pull engine images with, for services whose
+    `runtime.imagePullSecrets` is unset (JSON list in the environment)."""
+    engine_user_id: int = Field(default=10001, ge=1, le=2**31 - 1)
+    """uid and gid the engine pods run as (`runAsUser`, `runAsGroup`, `fsGroup`); the runtime
+    image's user. Never 0: the pods pass Pod Security `restricted`."""
     drain_seconds: int = Field(default=120, ge=0)
     """How long a demoted pod keeps its in-flight requests before it may be deleted; also the
     pods' termination grace period (plus a margin)."""
