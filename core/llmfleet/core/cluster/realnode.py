@@ -107,7 +107,14 @@ def _cgroup_hierarchies() -> list[Path]:
 class RealNode:
     """One real node of a local cluster; its files live in `<cluster state>/node`."""
 
-    def __init__(self, cluster_dir: Path, cluster_name: str, kubeconfig: Path, pki: Path) -> None:
+    def __init__(
+        self,
+        cluster_dir: Path,
+        cluster_name: str,
+        kubeconfig: Path,
+        pki: Path,
+        service_range: str = "10.96.0.0/16",
+    ) -> None:
         self.name = f"{cluster_name}-real"
         self.cluster_name = cluster_name
         self.kubeconfig = kubeconfig
@@ -119,6 +126,10 @@ class RealNode:
             cni_bin=build.bin_dir(TOOLS_BY_NAME["cni-plugins"]),
         )
         self.cgroup_root = f"/llmfleet-{cluster_name}"
+        self.service_range = service_range
+        """ClusterIPs: routed here (to `lo`) so that this namespace's own processes can connect
+        to a Service: their first route lookup happens before kube-proxy's DNAT, and every range
+        but loopback's is `unreachable` in the run's namespace (netns.py)."""
 
     # -- files -------------------------------------------------------------------------------
 
@@ -166,6 +177,10 @@ class RealNode:
         self._save_kernel_settings()
         self._make_cgroup_root()
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")  # this namespace's only
+        subprocess.run(
+            ["ip", "route", "replace", self.service_range, "dev", "lo"],
+            capture_output=True, check=True, timeout=10,
+        )  # fmt: skip
         env = {
             **os.environ,
             "PATH": os.pathsep.join(
@@ -233,10 +248,11 @@ class RealNode:
                 [str(proxy), "--cleanup", f"--config={self.paths.kube_proxy_config}"],
                 capture_output=True, check=False, timeout=30,
             )  # fmt: skip
-            subprocess.run(
+            for command in (
                 ["ip", "link", "delete", config.BRIDGE],
-                capture_output=True, check=False, timeout=10,
-            )  # fmt: skip
+                ["ip", "route", "delete", self.service_range, "dev", "lo"],
+            ):
+                subprocess.run(command, capture_output=True, check=False, timeout=10)
 
     # -- helpers -----------------------------------------------------------------------------
 
