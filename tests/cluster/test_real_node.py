@@ -102,6 +102,8 @@ def web_pod(name: str, node: str, command: str) -> dict[str, Any]:
                     },
                     "lifecycle": {"preStop": {"exec": {"command": ["/bin/busybox", "sleep", "2"]}}},
                     "resources": {"limits": {"memory": "64Mi", "cpu": "200m"}},
+                    # Writable, and kept across the container's restarts (the root is not).
+                    "volumeMounts": [{"name": "state", "mountPath": "/state"}],
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "readOnlyRootFilesystem": True,
@@ -109,6 +111,7 @@ def web_pod(name: str, node: str, command: str) -> dict[str, Any]:
                     },
                 }
             ],
+            "volumes": [{"name": "state", "emptyDir": {}}],
         },
     }
 
@@ -184,10 +187,10 @@ def test_a_killed_container_is_restarted_and_not_ready_meanwhile(
     ns = restricted_namespace(kube, "restarts")
     kube.kubectl("create", "secret", "generic", "token", "-n", ns, "--from-literal=value=x")
     # The server is not the container's first process, so killing it ends the container; the
-    # restarted container waits 3 s before serving, long enough to see it not Ready.
+    # restarted container waits 5 s before serving, long enough to see it not Ready.
     command = (
-        "/bin/busybox sleep $([ -e /tmp/started ] && echo 3 || echo 0); "
-        "/bin/busybox httpd -f -p 8080 -h /www; exit 1"
+        "if [ -e /state/started ]; then /bin/busybox sleep 5; fi; /bin/busybox touch "
+        "/state/started; /bin/busybox httpd -f -p 8080 -h /www; exit 1"
     )
     manifest = web_pod("flaky", node, command)
     kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
