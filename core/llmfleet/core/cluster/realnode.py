@@ -223,20 +223,37 @@ class RealNode:
         self._kubectl("wait", "--for=condition=Ready", f"--timeout={int(timeout)}s",
                       f"node/{self.name}", timeout=timeout + 10)  # fmt: skip
 
-    def stop(self) -> list[str]:
+    def stop(self, network: bool = True) -> list[str]:
         """Kill every process of the node (containers first), remove its cgroups, restore the
-        kernel settings; returns the names of the node's daemons that were still running."""
-        stopped = [name for name, pid in self._pids().items() if _alive(pid)]
-        for name, pid in self._pids().items():
+        kernel settings; returns the names of the node's daemons that were still running.
+
+        `network=False` leaves kube-proxy's rules and the bridge alone: for a caller outside
+        the node's namespace (a crashed system's cleanup), where they do not exist and where
+        the same commands would touch the machine's own network."""
+        # A pid file may outlive its process (a crash) and its number be reused: only a process
+        # whose command line names this node's files is ours.
+        daemons = {name: pid for name, pid in self._pids().items() if self._ours(pid)}
+        stopped = sorted(daemons)
+        for name, pid in daemons.items():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM if name != "containerd" else signal.SIGKILL)
         self._kill_containers()
-        for pid in self._pids().values():
+        for pid in daemons.values():
             _wait_gone(pid, 10)
         self._remove_cgroup_root()
-        self._remove_network()
+        if network:
+            self._remove_network()
         self._restore_kernel_settings()
         return stopped
+
+    def _ours(self, pid: int) -> bool:
+        try:
+            process = psutil.Process(pid)
+            return process.status() != psutil.STATUS_ZOMBIE and str(self.paths.dir) in " ".join(
+                process.cmdline()
+            )
+        except psutil.Error:
+            return False
 
     def _remove_network(self) -> None:
         """kube-proxy's rules and the pod bridge, which outlive the processes in the namespace."""

@@ -30,7 +30,7 @@ import psutil
 from llmfleet.core import images
 from llmfleet.core.cluster import build
 from llmfleet.core.cluster.errors import ClusterError
-from llmfleet.core.cluster.local import free_port
+from llmfleet.core.cluster.local import LocalCluster, free_port
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 from llmfleet.core.local import layout
 
@@ -220,6 +220,13 @@ def _cleanup(paths: layout.Paths, say: Say) -> list[str]:
     psutil.wait_procs(leftovers, timeout=10)
     if names:
         say(f"killed {len(names)} leftover process(es): {'; '.join(names)}")
+    # A real node's containers live in pod namespaces and its cgroups and kernel settings are
+    # the machine's: whatever a crashed supervisor left of them goes here (nothing if it went).
+    node = LocalCluster(layout.CLUSTER_NAME, state=paths.root).real_node()
+    if node.paths.dir.is_dir():
+        stopped = node.stop(network=False)  # its network went with its namespace
+        if stopped:
+            say(f"stopped the real node's leftover {', '.join(stopped)}")
     paths.record.unlink(missing_ok=True)
     return names
 
