@@ -102,6 +102,25 @@ def real_node_values(ports: layout.Ports, images: Mapping[str, str]) -> dict[str
     }
 
 
+RESTRICTED_NAMESPACES = (layout.CHART_NAMESPACE, "default")
+"""Namespaces that enforce Pod Security `restricted` on the real node's system."""
+
+
+def namespace(name: str) -> dict[str, Any]:
+    """A namespace that enforces Pod Security `restricted` (the API server's own admission)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        },
+    }
+
+
 def install(cluster: LocalCluster, values: dict[str, object], values_file: Path) -> None:
     """`helm install` of charts/llmfleet into `layout.CHART_NAMESPACE` with `values`."""
     values_file.write_text(yaml.safe_dump(values))

@@ -295,6 +295,10 @@ class System:
         say("STEP", f"helm install {layout.CHART_RELEASE} {layout.CHART} "
                     f"(image {references['control-plane']}, on the real node)")  # fmt: skip
         values = chart.real_node_values(self.ports, references)
+        # Both namespaces enforce Pod Security `restricted`: the chart's pods and the engine
+        # pods of the samples (in `default`) must pass it, as on a locked-down cluster.
+        for namespace in chart.RESTRICTED_NAMESPACES:
+            self.cluster.kubectl("apply", "-f", "-", stdin=json.dumps(chart.namespace(namespace)))
         chart.install(self.cluster, values, self.paths.root / "chart-values.yaml")
         say("STEP", "waiting for the operator, autoscaler and gateway pods to be Ready")
         chart.wait(
