@@ -13,8 +13,8 @@ $(BIN)/llmfleet: pyproject.toml
 
 setup: $(BIN)/llmfleet  ## virtualenv with llmfleet and its dev tools
 
-up: setup  ## the whole system on this machine (builds what is missing; later runs take seconds)
-	$(BIN)/llmfleet up
+up: setup test-tools  ## the whole system on this machine, on a real node (builds what is missing)
+	$(BIN)/llmfleet up --real-node
 
 down: setup  ## stop everything `make up` started
 	$(BIN)/llmfleet down
@@ -44,11 +44,13 @@ test-tools:
 
 test: setup lint test-tools  ## every test, the cluster ones included (they start their own cluster)
 	$(BIN)/llmfleet cluster build
+	$(BIN)/llmfleet images build
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)
 
 e2e: setup test-tools  ## only the end-to-end suite (the whole system, as `llmfleet up` starts it)
 	$(BIN)/llmfleet cluster build
+	$(BIN)/llmfleet images build
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)
 
 # Not part of setup or test: the gateway benchmark's peers (vllm-router, LiteLLM's proxy), py-spy
