@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -116,6 +117,16 @@ def test_every_pod_runs_on_the_real_node_from_the_built_images(real: LocalSystem
                 assert container["image"] == reference, (name, container["image"])
         labels = real.get("namespace", namespace)["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    for pod in real.get("pods", "-n", "default")["items"]:
+        print(f"REAL NODE pod create -> Ready {pod['metadata']['name']}: {_to_ready(pod):.0f} s")
+
+
+def _to_ready(pod: dict[str, Any]) -> float:
+    """Seconds from the pod's creation to its Ready condition (the API's 1 s resolution); the
+    engine's simulated model load is 8 s of it."""
+    created = datetime.fromisoformat(pod["metadata"]["creationTimestamp"])
+    condition = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    return (datetime.fromisoformat(condition["lastTransitionTime"]) - created).total_seconds()
 
 
 def test_the_printed_openai_command_is_answered_by_an_engine_container(real: LocalSystem) -> None:
