@@ -32,18 +32,27 @@ TYPED: dict[str, dict[str, tuple[str, Any]]] = {
         "metrics_port": ("autoscaler.metricsPort", 9182),
         "prometheus_url": ("autoscaler.prometheusUrl", "http://prometheus.example:9090"),
         "loopback_only": ("loopbackOnly", True),
+        "leader_election": ("autoscaler.leaderElection", True),
+        "lease_name": ("autoscaler.leaderElection", True),
+        "lease_namespace": ("autoscaler.leaderElection", True),
     },
     "gateway": {
         "namespace": ("watchNamespaces", ["models-a"]),
         "port": ("gateway.port", 9180),
         "api_keys_secret": ("gateway.apiKeys.existingSecret", "my-keys"),
         "loopback_only": ("loopbackOnly", True),
+        "require_api_keys": ("gateway.auth", "apiKeys"),
+        "limit_replicas": ("gateway.replicas", 3),
+        "shutdown_timeout_seconds": ("gateway.shutdownTimeoutSeconds", 300),
     },
 }
 """Fields the chart always sets from a typed value: field -> (values path, a value to set)."""
 TYPED_READ_BACK = {
     ("gateway", "namespace"): "models-a",
     ("gateway", "api_keys_secret"): f"{helm.NAMESPACE}/my-keys",
+    ("gateway", "require_api_keys"): True,
+    ("autoscaler", "lease_name"): "t-llmfleet-autoscaler",
+    ("autoscaler", "lease_namespace"): helm.NAMESPACE,
 }
 """What those fields read back as where it is not the value itself."""
 

@@ -252,6 +252,9 @@ class System:
                 "settings": {"metricsHost": "127.0.0.1", "drainSeconds": 15, "resyncSeconds": 5},
             },
             "autoscaler": {
+                # One process (two would share its metrics port here), so no Lease needed.
+                "replicas": 1,
+                "leaderElection": False,
                 "prometheusUrl": f"http://127.0.0.1:{ports.prometheus}",
                 "metricsPort": ports.autoscaler,
                 "settings": {
@@ -264,8 +267,11 @@ class System:
             "gateway": {
                 "replicas": 1,
                 "port": ports.gateway,
+                # A machine of one user: no API keys (the chart requires them unless told so),
+                # and /metrics on the gateway's port, where the system's Prometheus scrapes it.
+                "auth": "none",
                 "podDisruptionBudget": {"enabled": False},
-                "settings": {"host": "127.0.0.1"},
+                "settings": {"host": "127.0.0.1", "adminPort": None},
             },
         }
 
