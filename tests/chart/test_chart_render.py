@@ -286,8 +286,9 @@ def test_the_autoscaler_runs_two_replicas_under_a_lease() -> None:
     assert env["LLMFLEET_AUTOSCALER_LEASE_NAMESPACE"] == helm.NAMESPACE
     (role,) = [r for r in helm.find(docs, "Role") if r["metadata"]["name"].endswith("-lease")]
     assert role["metadata"]["namespace"] == helm.NAMESPACE
-    assert {"resources": ["leases"], "resourceNames": [env["LLMFLEET_AUTOSCALER_LEASE_NAME"]],
-            "apiGroups": ["coordination.k8s.io"], "verbs": ["get", "update"]} in role["rules"]  # fmt: skip
+    lease_rule = {"resources": ["leases"], "resourceNames": [env["LLMFLEET_AUTOSCALER_LEASE_NAME"]],
+                  "apiGroups": ["coordination.k8s.io"], "verbs": ["get", "update"]}  # fmt: skip
+    assert lease_rule in role["rules"]
     single = helm.template({"autoscaler.leaderElection": False, "autoscaler.replicas": 1})
     assert helm.deployment(single, "autoscaler")["spec"]["strategy"] == {"type": "Recreate"}
     assert "LLMFLEET_AUTOSCALER_LEADER_ELECTION" not in helm.container_env(single, "autoscaler")
