@@ -33,11 +33,12 @@ lint: setup  ## style, types and layer contracts
 # a packet off the machine whatever the code does.
 # System tools the tests use, from Debian when missing: strace (tests watch connect() with it),
 # curl (e2e runs the curl command `llmfleet up` prints), iproute2 (namespaces and pod links),
-# lua5.1 (the chart's Argo CD health check, run as Argo CD's Lua 5.1 would).
-TEST_PACKAGES := strace curl iproute2 lua5.1
+# lua5.1 (the chart's Argo CD health check, run as Argo CD's Lua 5.1 would), iptables (the real
+# node's kube-proxy programs the `kubernetes` Service with it, inside the run's own namespace).
+TEST_PACKAGES := strace curl iproute2 lua5.1 iptables
 test-tools:
 	@command -v strace >/dev/null && command -v curl >/dev/null && command -v ip >/dev/null && \
-		command -v lua5.1 >/dev/null || \
+		command -v lua5.1 >/dev/null && command -v iptables-restore >/dev/null || \
 		apt-get install -y -q $(TEST_PACKAGES) || \
 		(apt-get update -q && apt-get install -y -q $(TEST_PACKAGES))
 

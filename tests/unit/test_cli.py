@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from llmfleet.core.cli import _unavailable
+from llmfleet.core.components import unavailable as _unavailable
 from llmfleet.core.errors import UserError
 from llmfleet.core.options import given
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.core.cli import COMMANDS_GROUP
+from llmfleet.core.components import COMMANDS_GROUP
 
 COMPONENTS = sorted(entry.name for entry in entry_points(group=COMMANDS_GROUP))
 HEAVY = ("kopf", "fastapi", "uvicorn", "aiohttp", "matplotlib", "numpy", "prometheus_client")

@@ -8,54 +8,34 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 import sysconfig
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from typer.core import TyperGroup
 
 from llmfleet.core import loopback, netns
 from llmfleet.core.cluster import ClusterError, LocalCluster, build
 from llmfleet.core.cluster.local import DEFAULT_NAME
 from llmfleet.core.cluster.nodes import DEFAULT_POOLS, GPU_TYPES, format_pools, parse_pools
 from llmfleet.core.cluster.toolchain import TOOLS, TOOLS_BY_NAME, Tool
+from llmfleet.core.components import ComponentGroup, run
 from llmfleet.core.errors import UserError
-
-if TYPE_CHECKING:
-    from typer._click import Command, Context  # typer's own copy of click
+from llmfleet.core.images.cli import app as images_app
 
 # Imports here are what `llmfleet --help` and `llmfleet cluster …` pay for on every run; heavier
 # modules (the CRD models, the components) are imported inside the commands that use them.
 
 
-class _Root(TyperGroup):
-    """The `llmfleet` group: core's own commands, then each component's from its entry point
-    (`COMMANDS_GROUP`), imported only when that command runs or a help page lists it."""
-
-    def list_commands(self, ctx: Context) -> list[str]:
-        own = super().list_commands(ctx)
-        return [*own, *(name for name in _entries() if name not in own)]
-
-    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
-        own = super().get_command(ctx, cmd_name)
-        if own is not None or cmd_name not in _entries():
-            return own
-        return _component(cmd_name)
-
-
 app = typer.Typer(
-    cls=_Root,
+    cls=ComponentGroup,
     name="llmfleet",
     help="Kubernetes operator and control plane for LLM serving fleets.",
     no_args_is_help=True,
@@ -68,6 +48,7 @@ cluster_app = typer.Typer(
 app.add_typer(cluster_app, name="cluster")
 crds_app = typer.Typer(help="The InferenceService CRD rendered from the API models.")
 app.add_typer(crds_app, name="crds")
+app.add_typer(images_app, name="images")
 
 out = Console()
 err = Console(stderr=True)
@@ -179,6 +160,14 @@ def cluster_up(
     port: Annotated[
         int | None, typer.Option(help="kube-apiserver port on 127.0.0.1 (default: a free one).")
     ] = None,
+    real_node: Annotated[
+        bool,
+        typer.Option(
+            help="Also a real node (kubelet, containerd, runc) running real containers; only "
+            "inside a network namespace of the run's own (`llmfleet isolated -- llmfleet "
+            "cluster up --real-node`), else it says why and goes on without."
+        ),
+    ] = False,
 ) -> None:
     """Start the local cluster: build missing binaries, start the control plane, add GPU nodes."""
     cluster = LocalCluster(name)
@@ -190,6 +179,7 @@ def cluster_up(
             gpu_type=gpu_type,
             pools=parse_pools(pools, gpus_per_node) if pools is not None else None,
             port=port,
+            real_node=real_node,
             step=_step,
             build_progress=reporter,
         )
@@ -299,50 +289,13 @@ def _print_nodes(cluster: LocalCluster) -> None:
     out.print(table)
 
 
-COMMANDS_GROUP = "llmfleet.commands"
-"""Entry-point group through which components add sub-commands (`llmfleet operator`, …) without
-core importing them: each entry point names a typer app, run as `llmfleet <entry name>`. An app
-with one command (and no callback) is that command itself: `llmfleet gateway [OPTIONS]`."""
-
-
-@cache
-def _entries() -> dict[str, EntryPoint]:
-    return {entry.name: entry for entry in entry_points(group=COMMANDS_GROUP)}
-
-
-@cache
-def _component(name: str) -> Command:
-    """The component's command; one that cannot load breaks only itself."""
-    try:
-        command = _entries()[name].load()
-    except Exception as error:  # a broken component must not take the others down
-        command = _unavailable(name, f"{type(error).__name__}: {error}")
-    click_command = typer.main.get_command(command)
-    click_command.name = name  # a one-command app's command is named after its function
-    return click_command
-
-
-def _unavailable(name: str, why: str) -> typer.Typer:
-    broken = typer.Typer(help=f"(unavailable: {why})", invoke_without_command=True)
-
-    @broken.callback()
-    def fail() -> None:
-        raise UserError(f"`llmfleet {name}` cannot load: {why}")
-
-    return broken
-
-
 def main() -> None:
-    """Entry point: run the app, turning UserError into one line on stderr and exit 1."""
+    """Entry point (through entry.py): run the app, turning UserError into one line on stderr
+    and exit 1."""
     from llmfleet.core.local import commands as local_commands  # up, status, down
 
     local_commands.register(app, _build_reporter)
-    try:
-        app(standalone_mode=True)
-    except UserError as error:
-        for line in str(error).splitlines() or [""]:  # one problem a line, each marked
-            err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+    run(app)
 
 
 if __name__ == "__main__":
