@@ -90,7 +90,7 @@ def desired(
     config_map["data"] |= rollout.configs
     objects: list[Manifest] = [config_map, children.metrics_service(service)]
     if observed.service_monitor_crd:
-        objects.append(children.service_monitor(service))
+        objects.append(children.service_monitor(service, settings))
     if settings.network_policy:
         objects.append(children.network_policy(service, settings, kv_transfer(service, observed)))
     pods = sum(track.assignment.replicas for track in rollout.tracks)
