@@ -85,6 +85,10 @@ class OperatorSettings(LoopbackSettings):
     """Extra labels on every ServiceMonitor the operator renders: what your Prometheus'
     `serviceMonitorSelector` matches (kube-prometheus-stack selects `release: <its release>`);
     without them its engines are never scraped (JSON in the environment)."""
+    metrics_missing_seconds: float = Field(default=300.0, ge=0)
+    """How long the autoscaler may find no engine series for a pool with Ready pods
+    (`status.autoscaling.metricsMissingSince`) before an autoscaled service says
+    MetricsMissing=True."""
     prometheus_url: str = ""
     """Prometheus the canary analysis asks (the engines' and the gateway's metrics, labelled
     by revision); empty: a canary never gets a verdict and holds at its step, saying so."""
