@@ -299,11 +299,15 @@ def metrics_service(service: InferenceService) -> Manifest:
     }
 
 
-def service_monitor(service: InferenceService) -> Manifest:
+def service_monitor(service: InferenceService, settings: OperatorSettings) -> Manifest:
+    """The ServiceMonitor of the service's metrics Service, with `service_monitor_labels` (what
+    a Prometheus selects ServiceMonitors by) beside the operator's own."""
+    metadata = _meta(service, child_name(service, "metrics"))
+    metadata["labels"] = dict(settings.service_monitor_labels) | metadata["labels"]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": _meta(service, child_name(service, "metrics")),
+        "metadata": metadata,
         "spec": {
             "selector": {
                 "matchLabels": {L.SERVICE: service.metadata["name"], METRICS_LABEL: "true"}
@@ -337,8 +341,10 @@ def _peer(namespace: str, pod_labels: dict[str, str]) -> dict[str, Any]:
 def network_policy(
     service: InferenceService, settings: OperatorSettings, kv_transfer: bool
 ) -> Manifest:
-    """Ingress to the service's engine pods (spares and draining pods too): the gateway pods
-    and Prometheus, both on the engine port only (vLLM serves its API and /metrics there); with
+    """Ingress to the service's engine pods (spares and draining pods too): the gateway pods,
+    Prometheus and (with `probe_in_flight`) the operator pods, which ask draining engines how
+    many requests they hold, all on the engine port only (vLLM serves its API and /metrics
+    there); with
     `kv_transfer`, also the service's own prefill and decode pods from each other, on every
     port. Egress stays open (engines fetch their models).
 
@@ -359,6 +365,11 @@ def network_policy(
         {"from": [_peer(settings.prometheus_namespace, settings.prometheus_pod_labels)],
          "ports": engine_port},
     ]  # fmt: skip
+    if settings.probe_in_flight:
+        rules.append(
+            {"from": [_peer(settings.operator_namespace, settings.operator_pod_labels)],
+             "ports": engine_port}
+        )  # fmt: skip
     if kv_transfer:
         siblings = {
             "matchLabels": {L.SERVICE: name},

@@ -14,7 +14,9 @@ why each writable place exists:
   the hub; an emptyDir per pod, or a PersistentVolumeClaim the pods share (`model.cache`).
 - `/dev/shm` (a memory emptyDir `dshm`): NCCL's shared-memory transport and vLLM's
   shared-memory broadcast queue between tensor-parallel workers; the container runtime's
-  default of 64 MiB makes a multi-GPU engine fail at its first collective.
+  default of 64 MiB makes a multi-GPU engine fail at its first collective. The kubelet sizes
+  this tmpfs at the smaller of its sizeLimit and the pod's memory limit (seen on a real node),
+  and what is written there counts against that limit.
 
 Nothing else is needed: no capability (GPUs are device files the device plugin hands to the
 container), no host namespace, no privilege escalation. An RDMA KV transfer (UCX over

@@ -73,6 +73,22 @@ class OperatorSettings(LoopbackSettings):
         default={"app.kubernetes.io/name": "prometheus"}, min_length=1
     )
     """Labels of the Prometheus pods (all must match; JSON in the environment)."""
+    operator_namespace: str = "llmfleet"
+    """Namespace of the operator pods the NetworkPolicy admits to the engine port, for the
+    in-flight probe of draining engines (`probe_in_flight`); empty: any namespace."""
+    operator_pod_labels: dict[str, str] = Field(
+        default={"app.kubernetes.io/name": "llmfleet", "app.kubernetes.io/component": "operator"},
+        min_length=1,
+    )
+    """Labels of the operator pods (all must match; JSON in the environment)."""
+    service_monitor_labels: dict[str, str] = {}
+    """Extra labels on every ServiceMonitor the operator renders: what your Prometheus'
+    `serviceMonitorSelector` matches (kube-prometheus-stack selects `release: <its release>`);
+    without them its engines are never scraped (JSON in the environment)."""
+    metrics_missing_seconds: float = Field(default=300.0, ge=0)
+    """How long the autoscaler may find no engine series for a pool with Ready pods
+    (`status.autoscaling.metricsMissingSince`) before an autoscaled service says
+    MetricsMissing=True."""
     prometheus_url: str = ""
     """Prometheus the canary analysis asks (the engines' and the gateway's metrics, labelled
     by revision); empty: a canary never gets a verdict and holds at its step, saying so."""

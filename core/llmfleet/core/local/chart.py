@@ -46,6 +46,9 @@ def process_values(ports: layout.Ports) -> dict[str, object]:
             "settings": {"metricsHost": "127.0.0.1", "drainSeconds": 15, "resyncSeconds": 5},
         },
         "autoscaler": {
+            # One process (two would share its metrics port here), so no Lease needed.
+            "replicas": 1,
+            "leaderElection": False,
             "prometheusUrl": f"http://127.0.0.1:{ports.prometheus}",
             "metricsPort": ports.autoscaler,
             "settings": {
@@ -58,8 +61,11 @@ def process_values(ports: layout.Ports) -> dict[str, object]:
         "gateway": {
             "replicas": 1,
             "port": ports.gateway,
+            # A machine of one user: no API keys (the chart requires them unless told so),
+            # and /metrics on the gateway's port, where the system's Prometheus scrapes it.
+            "auth": "none",
             "podDisruptionBudget": {"enabled": False},
-            "settings": {"host": "127.0.0.1"},
+            "settings": {"host": "127.0.0.1", "adminPort": None},
         },
     }
 
@@ -87,6 +93,8 @@ def real_node_values(ports: layout.Ports, images: Mapping[str, str]) -> dict[str
             },
         },
         "autoscaler": {
+            # One replica on a 2-core machine; it still takes its Lease as in production.
+            "replicas": 1,
             "prometheusUrl": prometheus,
             "settings": {
                 "intervalSeconds": 5,
@@ -96,6 +104,8 @@ def real_node_values(ports: layout.Ports, images: Mapping[str, str]) -> dict[str
         },
         "gateway": {
             "replicas": 1,
+            # A machine of one user: no API keys, said explicitly (the chart requires keys).
+            "auth": "none",
             "podDisruptionBudget": {"enabled": False},
             "settings": {"adminPort": GATEWAY_ADMIN_PORT},
         },
