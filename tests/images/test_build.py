@@ -9,6 +9,8 @@ layer and the wheels are downloaded there; here every build runs from the cache.
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import signal
 import subprocess
@@ -21,9 +23,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmfleet.core.images import BuiltImage, build_image, ensure_image
-from llmfleet.core.images.oci import CONTAINERD_NAME, REF_NAME, ArchiveImage, read_archive
-from llmfleet.core.images.recipe import RECIPES, USER, Recipe
+from llmfleet.core.images import IMAGE_NAMES, BuiltImage, build_image, ensure_image
+from llmfleet.core.images.oci import (
+    BASE_NAME,
+    CONTAINERD_NAME,
+    REF_NAME,
+    ArchiveImage,
+    read_archive,
+)
+from llmfleet.core.images.recipe import RECIPES, USER, ExternalBase, Recipe
 from tests.images.rootfs import run_in, start_in, unpack
 from tests.net import free_port, require_isolation, status, wait_for
 
@@ -148,3 +156,45 @@ def test_the_engine_local_entrypoint_serves_through_the_shim(serving: tuple[str,
     assert reply.json()["model"] == "llama"
     metrics = httpx.get(f"{engine}/metrics", timeout=10).text
     assert "vllm:num_requests_running" in metrics
+
+
+def _members(archive: ArchiveImage) -> dict[str, tarfile.TarInfo]:
+    """Every path of every layer (the last layer's entry wins), without a leading `./`."""
+    members: dict[str, tarfile.TarInfo] = {}
+    for blob in archive.layers:
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob))) as tar:
+            members.update((member.name, member) for member in tar.getmembers())
+    return members
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_no_local_tooling_in_any_image(name: str) -> None:
+    require_isolation()
+    members = _members(read_archive(ensure_image(name).archive))
+    site = next(path for path in members if path.endswith("site-packages/llmfleet/runtime"))
+    package = site.removesuffix("/runtime")
+    for left_out in ("core/cluster", "core/images", "autoscaler/sim"):
+        assert f"{package}/{left_out}" not in members
+    assert not any(
+        path.startswith(f"{package}/core/local/")
+        and not path.endswith(("local/__init__.py", "local/engines.py", ".pyc", "__pycache__"))
+        for path in members
+    )
+
+
+def test_the_runtime_image_is_the_launcher_layer_on_vllms_image() -> None:
+    """Only the layers above vLLM's image are built here: a venv of Python 3.12 (the base's)
+    with the launcher, named in the manifest as going on `vllm/vllm-openai`."""
+    require_isolation()
+    archive = read_archive(ensure_image("runtime").archive)
+    recipe = RECIPES["runtime"]
+    assert isinstance(recipe.base, ExternalBase)
+    assert archive.manifest["annotations"][BASE_NAME] == recipe.base.docker_image
+    members = _members(archive)
+    assert members["opt/llmfleet/bin/python"].linkname == recipe.base.python
+    assert "opt/llmfleet/lib/python3.12/site-packages/llmfleet/runtime/cli.py" in members
+    assert not any("site-packages/vllm" in path or "site-packages/torch" in path
+                   for path in members)  # fmt: skip
+    home = members["home/llmfleet"]
+    assert (home.uid, home.gid) == (10001, 10001)
+    assert tuple(archive.config["config"]["Entrypoint"]) == recipe.entrypoint

@@ -277,6 +277,7 @@ class ArchiveImage:
 
     reference: str
     digest: str
+    manifest: dict[str, Any]
     config: dict[str, Any]
     layers: list[bytes]
     """Each layer's gzip'd bytes, in order (lowest first)."""
@@ -304,7 +305,7 @@ def read_archive(path: Path) -> ArchiveImage:
     for number, (blob, diff_id) in enumerate(zip(layers, diff_ids, strict=True)):
         if f"sha256:{hashlib.sha256(zlib.decompress(blob, 31)).hexdigest()}" != diff_id:
             raise ArchiveError(f"layer {number}'s uncompressed digest is not {diff_id}")
-    return ArchiveImage(reference, entry["digest"], config, layers)
+    return ArchiveImage(reference, entry["digest"], manifest, config, layers)
 
 
 def _verified(blobs: Mapping[str, bytes], descriptor: Mapping[str, Any], what: str) -> bytes:
