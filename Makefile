@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup up down test test-tools e2e lint build-cluster
+.PHONY: setup up down test test-tools e2e lint build-cluster images
 
 $(BIN)/llmfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,23 +22,29 @@ down: setup  ## stop everything `make up` started
 build-cluster: setup  ## only build the pinned binaries into ~/.cache/llmfleet
 	$(BIN)/llmfleet cluster build
 
+images: setup  ## only build the images (OCI archives in ~/.cache/llmfleet/images)
+	$(BIN)/llmfleet images build
+
 lint: setup  ## style, types and layer contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy core crds operator autoscaler gateway runtime_image
 	$(BIN)/lint-imports
 
-# The Go builds and apt downloads need the network, so they run first, outside; pytest then runs
-# in a network namespace of its own with only loopback (`llmfleet isolated`), so no test can send
-# a packet off the machine whatever the code does.
+# The Go builds, apt downloads and the images' base layer and wheels need the network, so they
+# run first, outside (the images after the binaries: engine-local holds llm-d-inference-sim);
+# pytest then runs in a network namespace of its own with only loopback (`llmfleet isolated`),
+# so no test can send a packet off the machine whatever the code does.
 # System tools the tests use, from Debian when missing: strace (tests watch connect() with it),
 # curl (e2e runs the curl command `llmfleet up` prints), iproute2 (namespaces and pod links),
-# lua5.1 (the chart's Argo CD health check, run as Argo CD's Lua 5.1 would), iptables (the real
-# node's kube-proxy programs the `kubernetes` Service with it, inside the run's own namespace).
-TEST_PACKAGES := strace curl iproute2 lua5.1 iptables
+# lua5.1 (the chart's Argo CD health check, run as Argo CD's Lua 5.1 would), mmdebstrap (the
+# images' Debian base layer), iptables (the real node's kube-proxy programs the `kubernetes`
+# Service with it, inside the run's own namespace).
+TEST_PACKAGES := strace curl iproute2 lua5.1 mmdebstrap iptables
 test-tools:
 	@command -v strace >/dev/null && command -v curl >/dev/null && command -v ip >/dev/null && \
-		command -v lua5.1 >/dev/null && command -v iptables-restore >/dev/null || \
+		command -v lua5.1 >/dev/null && command -v mmdebstrap >/dev/null && \
+		command -v iptables-restore >/dev/null || \
 		apt-get install -y -q $(TEST_PACKAGES) || \
 		(apt-get update -q && apt-get install -y -q $(TEST_PACKAGES))
 
