@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import start_system
+from e2e.conftest import running_system
 from e2e.system import LocalSystem, wait_for
 from e2e.test_system import Tally, client, stream_once, under_traffic
 from llmfleet.core import images
@@ -57,11 +57,7 @@ ENGINE_PROCS = (
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    local = start_system(tmp_path_factory.mktemp("real-node-state"), "--real-node")
-    try:
-        yield local
-    finally:
-        local.down()
+    yield from running_system(tmp_path_factory, "real-node-state", "--real-node")
 
 
 @pytest.fixture(scope="module")

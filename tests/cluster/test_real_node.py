@@ -116,6 +116,17 @@ def web_pod(name: str, node: str, command: str) -> dict[str, Any]:
     }
 
 
+def start_web_pod(
+    kube: Kube, cluster: LocalCluster, ns: str, name: str, command: str, *, token: str = "x"
+) -> None:
+    """`web_pod` in a fresh restricted namespace `ns` with its Secret; returns once Ready."""
+    restricted_namespace(kube, ns)
+    kube.kubectl("create", "secret", "generic", "token", "-n", ns, f"--from-literal=value={token}")
+    manifest = web_pod(name, cluster.real_node().name, command)
+    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
+    kube.wait_for(lambda: ready(kube, ns, name), 60, f"pod {name} Ready on the real node")
+
+
 def pod(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     found: dict[str, Any] = kube.get("pod", name, "-n", ns)
     return found
@@ -151,17 +162,13 @@ def test_the_node_is_real_and_kwok_leaves_it_alone(real: tuple[LocalCluster, Kub
 
 def test_a_restricted_pod_runs_for_real(real: tuple[LocalCluster, Kube]) -> None:
     cluster, kube = real
-    node = cluster.real_node().name
-    ns = restricted_namespace(kube, "restricted")
-    kube.kubectl(
-        "create", "secret", "generic", "token", "-n", ns, f"--from-literal=value={SECRET_VALUE}"
-    )
     command = (
         'echo "token has $(echo -n $TOKEN | /bin/busybox wc -c) bytes"; '
         "exec /bin/busybox httpd -f -p 8080 -h /www"
     )
-    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(web_pod("web", node, command)))
-    kube.wait_for(lambda: ready(kube, ns, "web"), 60, "pod web Ready on the real node")
+    ns = "restricted"
+    start_web_pod(kube, cluster, ns, "web", command, token=SECRET_VALUE)
+    node = cluster.real_node().name
     status = pod(kube, ns, "web")
     assert status["spec"]["nodeName"] == node
     assert ipaddress.ip_address(status["status"]["podIP"]) in ipaddress.ip_network(POD_SUBNET)
@@ -183,18 +190,14 @@ def test_a_killed_container_is_restarted_and_not_ready_meanwhile(
     real: tuple[LocalCluster, Kube],
 ) -> None:
     cluster, kube = real
-    node = cluster.real_node().name
-    ns = restricted_namespace(kube, "restarts")
-    kube.kubectl("create", "secret", "generic", "token", "-n", ns, "--from-literal=value=x")
+    ns = "restarts"
     # The server is not the container's first process, so killing it ends the container; the
     # restarted container waits 5 s before serving, long enough to see it not Ready.
     command = (
         "if [ -e /state/started ]; then /bin/busybox sleep 5; fi; /bin/busybox touch "
         "/state/started; /bin/busybox httpd -f -p 8080 -h /www; exit 1"
     )
-    manifest = web_pod("flaky", node, command)
-    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
-    kube.wait_for(lambda: ready(kube, ns, "flaky"), 60, "pod flaky Ready")
+    start_web_pod(kube, cluster, ns, "flaky", command)
     # busybox's applets all run as `busybox`: find the server by its command line.
     kill = (
         "for d in /proc/[0-9]*; do /bin/busybox tr '\\0' ' ' < $d/cmdline | "
@@ -214,12 +217,8 @@ def test_pods_reach_the_api_server_through_the_kubernetes_service(
     real: tuple[LocalCluster, Kube],
 ) -> None:
     cluster, kube = real
-    node = cluster.real_node().name
-    ns = restricted_namespace(kube, "service")
-    kube.kubectl("create", "secret", "generic", "token", "-n", ns, "--from-literal=value=x")
-    manifest = web_pod("client", node, "exec /bin/busybox httpd -f -p 8080 -h /www")
-    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
-    kube.wait_for(lambda: ready(kube, ns, "client"), 60, "pod client Ready")
+    ns = "service"
+    start_web_pod(kube, cluster, ns, "client", "exec /bin/busybox httpd -f -p 8080 -h /www")
     service_ip = kube.get("service", "kubernetes", "-n", "default")["spec"]["clusterIP"]
 
     def connects() -> bool:
