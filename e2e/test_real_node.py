@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import subprocess
 import threading
 import time
@@ -270,6 +271,44 @@ def _gateway_pods(system: LocalSystem) -> list[dict[str, Any]]:
         "pods", "-n", layout.CHART_NAMESPACE, "-l", "app.kubernetes.io/component=gateway"
     )["items"]
     return [pod for pod in items if not pod["metadata"].get("deletionTimestamp")]
+
+
+def test_the_charts_pods_work_as_their_service_accounts(real: LocalSystem) -> None:
+    """The kubelet mounts each component pod's ServiceAccount token: with only the chart's RBAC
+    the operator makes the samples Ready and publishes the gateway, the autoscaler (reaching
+    Prometheus on the node's address) writes status.autoscaling, and no component was refused
+    anything (no 403 in their logs)."""
+
+    def ready() -> list[dict[str, Any]] | None:
+        items: list[dict[str, Any]] = real.get("inferenceservices", "-n", "default")["items"]
+        done = items and all(
+            any(c["type"] == "Ready" and c["status"] == "True"
+                for c in item.get("status", {}).get("conditions", []))
+            for item in items
+        )  # fmt: skip
+        return items if done else None
+
+    for service in wait_for(ready, 120, "the services Ready"):
+        assert service["status"]["endpoint"] == real.gateway
+    wait_for(
+        lambda: (
+            real.get("inferenceservice", "chat", "-n", "default")
+            .get("status", {})
+            .get("autoscaling", {})
+            .get("pools", {})
+            .get("unified", {})
+            .get("reason")
+            or None
+        ),
+        120,
+        "the autoscaler pod's reason for chat's pool",
+    )
+    for pod in real.get("pods", "-n", layout.CHART_NAMESPACE)["items"]:
+        component = pod["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert pod["spec"]["serviceAccountName"] == f"{layout.CHART_RELEASE}-{component}"
+        logs = real.kubectl("logs", "-n", layout.CHART_NAMESPACE, pod["metadata"]["name"])
+        refused = [line for line in logs.splitlines() if re.search(r"\b403\b|[Ff]orbidden", line)]
+        assert not refused, f"{component}: {refused[:3]}"
 
 
 def test_kubectl_logs_and_exec_reach_the_control_plane_pods(real: LocalSystem) -> None:
