@@ -1,14 +1,11 @@
-"""llmfleet's Helm chart on the local system: the values for each way it runs, and the install.
+"""llmfleet's Helm chart on the local system's real node (`llmfleet up --real-node`): its values
+and its install, as a user installs it.
 
-Two ways (system.py picks one):
-- **on the real node** (`llmfleet up --real-node`): as a user installs it. The operator,
-  autoscaler and gateway are real pods of the control-plane image (`llmfleet images build`),
-  run by the kubelet with their ServiceAccounts' tokens, probes and security contexts; the
-  operator's engine pods get the local engine image (the launcher with llm-d-inference-sim).
-  The pods reach the system's Prometheus on the node's address, and the user's shell reaches
-  the gateway through its Service.
-- **as processes** (`llmfleet up --chart`): the pod runner starts each component pod's command
-  with the pod's environment and a token of its ServiceAccount (components.py).
+The operator, autoscaler and gateway are real pods of the control-plane image (`llmfleet images
+build`), run by the kubelet with their ServiceAccounts' tokens, probes and security contexts; the
+operator's engine pods get the local engine image (the launcher with llm-d-inference-sim). The
+pods reach the system's Prometheus on the node's address, and the user's shell reaches the
+gateway through its Service.
 """
 
 from __future__ import annotations
@@ -30,44 +27,6 @@ NOT_YET = (ClusterError, RuntimeError, subprocess.SubprocessError, OSError, KeyE
 """What a check that cannot tell yet raises (chart.wait counts it as not yet)."""
 GATEWAY_ADMIN_PORT = 8090
 """The gateway pod's admin port (/metrics, /readyz) on the real node, apart from the API's."""
-
-
-def process_values(ports: layout.Ports) -> dict[str, object]:
-    """Values for the chart's pods run as processes: one replica each, and the gateway and the
-    metrics on the system's ports (its component processes share the system's namespace, see
-    components.py); the operator publishes the gateway URL the user reaches."""
-    return {
-        "loopbackOnly": True,
-        "operator": {
-            "replicas": 1,
-            "metricsPort": ports.operator,
-            "gatewayUrl": f"http://127.0.0.1:{ports.gateway}",
-            "podDisruptionBudget": {"enabled": False},
-            "settings": {"metricsHost": "127.0.0.1", "drainSeconds": 15, "resyncSeconds": 5},
-        },
-        "autoscaler": {
-            # One process (two would share its metrics port here), so no Lease needed.
-            "replicas": 1,
-            "leaderElection": False,
-            "prometheusUrl": f"http://127.0.0.1:{ports.prometheus}",
-            "metricsPort": ports.autoscaler,
-            "settings": {
-                "metricsHost": "127.0.0.1",
-                "intervalSeconds": 5,
-                "scrapeInterval": f"{layout.SCRAPE_SECONDS}s",
-                "statusRefreshSeconds": 15,
-            },
-        },
-        "gateway": {
-            "replicas": 1,
-            "port": ports.gateway,
-            # A machine of one user: no API keys (the chart requires them unless told so),
-            # and /metrics on the gateway's port, where the system's Prometheus scrapes it.
-            "auth": "none",
-            "podDisruptionBudget": {"enabled": False},
-            "settings": {"host": "127.0.0.1", "adminPort": None},
-        },
-    }
 
 
 def real_node_values(ports: layout.Ports, images: Mapping[str, str]) -> dict[str, object]:
@@ -155,15 +114,13 @@ def component_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
     return items
 
 
-def components_ready(cluster: LocalCluster, reason: str | None = None) -> bool:
-    """Every component has a pod and each is Ready (with `reason`, when given: the pod
-    runner's `ComponentReady` for pods it runs as processes)."""
+def components_ready(cluster: LocalCluster) -> bool:
+    """Every component has a pod and each is Ready."""
     pods = component_pods(cluster)
     kinds = {pod["metadata"]["labels"].get("app.kubernetes.io/component") for pod in pods}
     return kinds >= {"operator", "autoscaler", "gateway"} and all(
         any(
-            c["type"] == "Ready" and c["status"] == "True" and (reason is None or
-                                                                c.get("reason") == reason)
+            c["type"] == "Ready" and c["status"] == "True"
             for c in pod.get("status", {}).get("conditions", [])
         )
         for pod in pods

@@ -118,13 +118,6 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
         detach: Annotated[bool, typer.Option(help="Return once the system serves.")] = False,
         gateway_port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8080,
         prometheus_port: Annotated[int, typer.Option(help="Prometheus port on 127.0.0.1.")] = 9090,
-        chart: Annotated[
-            bool,
-            typer.Option(
-                help="Install llmfleet's operator, autoscaler and gateway with the Helm chart "
-                "(charts/llmfleet): they run as pods, with the chart's RBAC."
-            ),
-        ] = False,
         real_node: Annotated[
             bool,
             typer.Option(
@@ -155,7 +148,7 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
             started = time.monotonic()
             with build_reporter() as reporter:
                 record = control.up(
-                    paths, ports, file, _step, chart=chart, real_node=real_node,
+                    paths, ports, file, _step, real_node=real_node,
                     build_progress=reporter,
                 )  # fmt: skip
             _step(f"up in {time.monotonic() - started:.0f}s")

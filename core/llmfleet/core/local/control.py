@@ -95,7 +95,6 @@ def up(
     services: Path | None,
     say: Say,
     *,
-    chart: bool = False,
     real_node: bool = False,
     build_progress: build.Progress | None = None,
     timeout: float = 300,
@@ -108,7 +107,7 @@ def up(
         raise LocalSystemError(f"{services}: no such file")
     if running(paths) is not None:
         raise LocalSystemError("the local system is already up")
-    extra = (*(("helm",) if chart or real_node else ()), *(REAL_NODE_TOOLS if real_node else ()))
+    extra = ("helm", *REAL_NODE_TOOLS) if real_node else ()
     tools = [TOOLS_BY_NAME[name] for name in (*SYSTEM_TOOLS, *extra)]
     missing = build.missing_tools(tools)
     if missing:
@@ -132,10 +131,8 @@ def up(
     ]  # fmt: skip
     if services is not None:
         argv += ["--services", str(services.resolve())]
-    if (chart or real_node) and not (layout.CHART / "Chart.yaml").is_file():
+    if real_node and not (layout.CHART / "Chart.yaml").is_file():
         raise LocalSystemError(f"the chart of the checkout is missing: {layout.CHART}")
-    if chart:
-        argv.append("--chart")
     if images is not None:
         argv += ["--images", json.dumps(images)]
     for name, listening in sockets.items():

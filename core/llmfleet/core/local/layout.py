@@ -18,7 +18,7 @@ from llmfleet.core.cluster.local import state_root
 CLUSTER_NAME = "llmfleet"
 SAMPLES = Path(__file__).resolve().parent / "samples" / "services.yaml"
 CHART = Path(__file__).resolve().parents[4] / "charts" / "llmfleet"
-"""The Helm chart `llmfleet up --chart` installs (from the checkout)."""
+"""The Helm chart `llmfleet up --real-node` installs (from the checkout)."""
 CHART_RELEASE = "llmfleet"
 CHART_NAMESPACE = "llmfleet"
 SCRAPE_SECONDS = 2

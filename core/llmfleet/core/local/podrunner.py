@@ -13,8 +13,8 @@ nothing. Every `interval` the runner lists the engine pods (label `llmfleet.dev/
 - stops the engine of a pod that is deleted or gone (SIGTERM, SIGKILL after `stop_grace`);
 - writes the Prometheus file-discovery targets of the running engines, labelled as the
   ServiceMonitor labels real pods (namespace, service, pool, pod, revision);
-- with `--components`, runs llmfleet's own component pods (the Helm chart's operator, autoscaler
-  and gateway) as processes with their pod's environment and ServiceAccount (components.py).
+- with a real node (`llmfleet up --real-node`), leaves the pods the kubelet runs alone (their IPs
+  are on the real node's bridge) but writes their Prometheus targets too (kubelet_targets.py).
 
 It keeps no state that a restart loses: engines are its children (they die with it), and a new
 runner starts them again from the pods.
@@ -45,7 +45,6 @@ from kubernetes import client
 
 from llmfleet.core.kube import api_client
 from llmfleet.core.local import engines, kubelet_targets, podnet, processes
-from llmfleet.core.local.components import ComponentRunner
 from llmfleet.core.local.processes import RESTART_BACKOFF_MAX
 
 log = logging.getLogger("llmfleet.podrunner")
@@ -170,12 +169,9 @@ class PodRunner:
         *,
         probe: Callable[[str], bool] | None = None,
         stop_grace: float = 5.0,
-        components: ComponentRunner | None = None,
         component_targets: Path | None = None,
     ) -> None:
         self.core = core
-        self.components = components
-        """Runs llmfleet's own component pods too (`llmfleet up --chart`)."""
         self.binary = binary
         self.log_dir = log_dir
         self.targets_file = targets_file
@@ -235,8 +231,6 @@ class PodRunner:
                 self._set_ready(engine)
         self._write_targets()
         self._write_component_targets()
-        if self.components is not None:
-            self.components.reconcile()
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
         """Reconcile every `interval` until `stop` is set; then stop every engine."""
@@ -251,8 +245,6 @@ class PodRunner:
             self.close()
 
     def close(self) -> None:
-        if self.components is not None:
-            self.components.close()
         for engine in self.engines.values():
             self._stop(engine, "the pod runner stops")
         self.engines.clear()
@@ -451,22 +443,14 @@ def main() -> None:
     parser.add_argument("--targets", type=Path, help="Prometheus file-discovery JSON to write")
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument(
-        "--components", type=Path,
-        help="also run llmfleet's component pods (the Helm chart's), their logs and tokens here",
-    )  # fmt: skip
-    parser.add_argument(
         "--component-targets", type=Path,
         help="Prometheus file-discovery JSON of the component pods the real node runs",
     )  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     core = client.CoreV1Api(api_client())
-    components = None
-    if args.components:
-        components = ComponentRunner(core, Path(os.environ["KUBECONFIG"]), args.components, http_ok)
     runner = PodRunner(
-        core, args.binary, args.logs, args.targets, components=components,
-        component_targets=args.component_targets,
+        core, args.binary, args.logs, args.targets, component_targets=args.component_targets,
     )  # fmt: skip
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -81,14 +81,11 @@ class System:
         paths: layout.Paths,
         ports: layout.Ports,
         services: Path | None,
-        chart: bool = False,
         images: dict[str, tuple[str, Path]] | None = None,
     ) -> None:
         self.paths = paths
         self.ports = ports
         self.services = services
-        self.chart = chart
-        """Run the components from the Helm chart, as pods, instead of as our own children."""
         self.images = images
         """With a real node: image name -> (reference, OCI archive) of `control-plane` and
         `engine-local`; the chart then runs on the real node from them (chart.py)."""
@@ -145,9 +142,9 @@ class System:
         )
         self.real_node = spec.real_node
         if self.images is not None and not self.real_node:
-            say("STEP", "going on without a real node: the pod runner runs the chart's pods")
-            self.chart = True
-        if not self.chart and not self.real_node:  # the chart brings its own
+            say("STEP", "going on without a real node: the components as processes, the pod "
+                        "runner's engines")  # fmt: skip
+        if not self.real_node:  # the chart brings its own
             say("STEP", "installing the CRDs")
             for manifest in layout.crd_files():
                 self.cluster.kubectl("apply", "--server-side", "-f", str(manifest))
@@ -192,13 +189,9 @@ class System:
         ]  # fmt: skip
         if self.real_node:
             runner_argv += ["--component-targets", str(self.paths.component_targets)]
-        elif self.chart:
-            runner_argv += ["--components", str(self.paths.logs / "components")]
         self._wait_ready(self._child("podrunner", runner_argv, env, None), timeout=2)
         if self.real_node:
             self._install_chart_on_real_node()
-        elif self.chart:
-            self._install_chart()
         else:
             self._start_components(env)
 
@@ -267,25 +260,6 @@ class System:
 
     def _prometheus_host(self) -> str:
         return "0.0.0.0" if self.real_node else "127.0.0.1"
-
-    def _install_chart(self) -> None:
-        """`helm install` of charts/llmfleet: the pod runner runs its component pods."""
-        say("STEP", "adding a CPU node for llmfleet's own pods")
-        self.cluster.kubectl("apply", "-f", "-", stdin=json.dumps(nodes.cpu_node()))
-        say("STEP", f"helm install {layout.CHART_RELEASE} {layout.CHART}")
-        chart.install(
-            self.cluster, chart.process_values(self.ports), self.paths.root / "chart-values.yaml"
-        )
-        say("STEP", "waiting for the chart's operator, autoscaler and gateway pods")
-        chart.wait(
-            lambda: (
-                http_ok(f"http://127.0.0.1:{self.ports.gateway}/readyz")
-                and chart.components_ready(self.cluster, reason="ComponentReady")
-            ),
-            180,
-            "the chart's components are not ready: see "
-            f"{self.paths.logs / 'podrunner.log'} and {self.paths.logs / 'components'}",
-        )
 
     def _install_chart_on_real_node(self) -> None:
         """`helm install` of charts/llmfleet from the built images: its pods run on the real
@@ -386,7 +360,7 @@ async def _main(args: argparse.Namespace) -> int:
          json.loads(args.images).items()}
         if args.images else None
     )  # fmt: skip
-    system = System(paths, ports, services, chart=args.chart, images=images)
+    system = System(paths, ports, services, images=images)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -420,7 +394,6 @@ def main() -> None:
     parser.add_argument("--ports", required=True, help="JSON of layout.Ports")
     parser.add_argument("--services")
     parser.add_argument("--relay", action="append", default=[], help="FD:PORT")
-    parser.add_argument("--chart", action="store_true", help="components from the Helm chart")
     parser.add_argument(
         "--images", help="JSON: name -> [reference, archive]; the chart then runs on a real node"
     )
