@@ -13,8 +13,8 @@ $(BIN)/llmfleet: pyproject.toml
 
 setup: $(BIN)/llmfleet  ## virtualenv with llmfleet and its dev tools
 
-up: setup  ## the whole system on this machine (builds what is missing; later runs take seconds)
-	$(BIN)/llmfleet up
+up: setup test-tools  ## the whole system on this machine, on a real node (builds what is missing)
+	$(BIN)/llmfleet up --real-node
 
 down: setup  ## stop everything `make up` started
 	$(BIN)/llmfleet down
@@ -38,11 +38,13 @@ lint: setup  ## style, types and layer contracts
 # System tools the tests use, from Debian when missing: strace (tests watch connect() with it),
 # curl (e2e runs the curl command `llmfleet up` prints), iproute2 (namespaces and pod links),
 # lua5.1 (the chart's Argo CD health check, run as Argo CD's Lua 5.1 would), mmdebstrap (the
-# images' Debian base layer).
-TEST_PACKAGES := strace curl iproute2 lua5.1 mmdebstrap
+# images' Debian base layer), iptables (the real node's kube-proxy programs the `kubernetes`
+# Service with it, inside the run's own namespace).
+TEST_PACKAGES := strace curl iproute2 lua5.1 mmdebstrap iptables
 test-tools:
 	@command -v strace >/dev/null && command -v curl >/dev/null && command -v ip >/dev/null && \
-		command -v lua5.1 >/dev/null && command -v mmdebstrap >/dev/null || \
+		command -v lua5.1 >/dev/null && command -v mmdebstrap >/dev/null && \
+		command -v iptables-restore >/dev/null || \
 		apt-get install -y -q $(TEST_PACKAGES) || \
 		(apt-get update -q && apt-get install -y -q $(TEST_PACKAGES))
 

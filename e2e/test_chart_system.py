@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from e2e.conftest import start_system
+from e2e.conftest import running_system
 from e2e.system import LocalSystem, wait_for
 from llmfleet.core.local import layout
 
@@ -26,11 +26,7 @@ COMPONENTS = ("operator", "autoscaler", "gateway")
 
 @pytest.fixture(scope="module")
 def chart_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    local = start_system(tmp_path_factory.mktemp("chart-state"), "--chart")
-    try:
-        yield local
-    finally:
-        local.down()
+    yield from running_system(tmp_path_factory, "chart-state", "--chart")
 
 
 def component_pods(system: LocalSystem) -> dict[str, dict[str, Any]]:

@@ -343,7 +343,10 @@ def test_status_is_what_the_operator_reads() -> None:
     assert "unified: 1 pods Pending unschedulable" in status.message
     assert (status.pools["unified"].active, status.pools["unified"].spares) == (2, 1)
     wire = status.model_dump(by_alias=True)
-    assert set(wire) == {"pools", "lastDecisionTime", "limited", "message"}
+    # metricsMissing* are the loop's (what Prometheus lacked), never the policy's.
+    assert set(wire) == {"pools", "lastDecisionTime", "limited", "message",
+                         "metricsMissingSince", "metricsMissingPools"}  # fmt: skip
+    assert (wire["metricsMissingSince"], wire["metricsMissingPools"]) == (None, None)
 
 
 def test_fail_static_keeps_what_the_policy_learnt() -> None:

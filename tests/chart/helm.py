@@ -38,8 +38,17 @@ def helm(
     return result
 
 
+NO_AUTH = {"gateway.auth": "none"}
+"""What a render that gives no API keys adds: the chart requires keys unless told `none`."""
+
+
 def value_args(values: Mapping[str, Any] | None = None, files: Sequence[Path] = ()) -> list[str]:
-    """`-f FILE` for each file, then each of `values` (dotted path -> value) as `--set-json`."""
+    """`-f FILE` for each file, then each of `values` (dotted path -> value) as `--set-json`.
+    Values that say nothing of the gateway's keys (no `gateway.auth`, no `gateway.apiKeys…`,
+    no file) get `gateway.auth: none` first, as a release without keys must say."""
+    about_keys = any(key.startswith(("gateway.auth", "gateway.apiKeys")) for key in values or {})
+    if not files and not about_keys and "gateway" not in (values or {}):
+        values = {**NO_AUTH, **(values or {})}
     args = [arg for path in files for arg in ("-f", str(path))]
     for key, value in (values or {}).items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]

@@ -222,12 +222,76 @@ def test_api_keys_from_values_become_the_secret_the_gateway_reads() -> None:
     assert tenants["tenants"]["team-a"]["keys"] == ["sk-a-1", "sk-a-2"]
     env = helm.container_env(docs, "gateway")
     assert env["LLMFLEET_GATEWAY_API_KEYS_SECRET"] == f"llmfleet/{secret['metadata']['name']}"
-    # A change to the keys rolls the gateway's pods (it reads them at start).
-    before = helm.deployment(docs, "gateway")["spec"]["template"]["metadata"]["annotations"]
+    assert env["LLMFLEET_GATEWAY_REQUIRE_API_KEYS"] == "true"
+    # A change to the keys rolls no pod (no stream is cut): the gateway re-reads the Secret.
+    before = helm.deployment(docs, "gateway")["spec"]["template"]
     changed = helm.template({"gateway.apiKeys.tenants": {"a": {"keys": ["new"]}}},
                             files=[helm.VALUES_FULL])  # fmt: skip
-    after = helm.deployment(changed, "gateway")["spec"]["template"]["metadata"]["annotations"]
-    assert before["checksum/api-keys"] != after["checksum/api-keys"]
+    assert helm.deployment(changed, "gateway")["spec"]["template"] == before
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"gateway.auth": "apiKeys"}, "gateway.auth is apiKeys (the default) and no keys"),
+        ({"gateway.auth": "none", "gateway.apiKeys.existingSecret": "k"},
+         "gateway.auth is none but gateway.apiKeys gives keys"),
+        ({"gateway.auth": "open"}, "auth"),
+        ({"autoscaler.leaderElection": False}, "autoscaler.replicas > 1 needs"),
+    ],
+    ids=["keys required by default", "none with keys", "unknown auth", "two without a lease"],
+)  # fmt: skip
+def test_unsafe_defaults_must_be_asked_for(values: dict[str, Any], error: str) -> None:
+    assert error in helm.template_error(values)
+
+
+def test_no_authentication_is_said_explicitly() -> None:
+    env = helm.container_env(helm.template({"gateway.auth": "none"}), "gateway")
+    assert "LLMFLEET_GATEWAY_REQUIRE_API_KEYS" not in env
+    assert "LLMFLEET_GATEWAY_API_KEYS_SECRET" not in env
+
+
+@pytest.mark.parametrize(
+    ("values", "limit_replicas", "grace"),
+    [
+        ({}, "2", 10 + 600 + 15),
+        ({"gateway.replicas": 4, "gateway.preStopSeconds": 5,
+          "gateway.shutdownTimeoutSeconds": 120}, "4", 5 + 120 + 15),
+    ],
+    ids=["defaults", "set"],
+)  # fmt: skip
+def test_gateway_rollouts_let_streams_finish(
+    values: dict[str, Any], limit_replicas: str, grace: int
+) -> None:
+    """The preStop pause, then the shutdown timeout (the request timeout by default), inside
+    the grace period; each replica enforces its share of the tenants' limits."""
+    docs = helm.template(values)
+    pod = helm.deployment(docs, "gateway")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = helm.container_env(docs, "gateway")
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    shutdown = int(env["LLMFLEET_GATEWAY_SHUTDOWN_TIMEOUT_SECONDS"])
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert pre_stop + shutdown < grace
+    assert env["LLMFLEET_GATEWAY_LIMIT_REPLICAS"] == limit_replicas
+
+
+def test_the_autoscaler_runs_two_replicas_under_a_lease() -> None:
+    docs = helm.template()
+    deployment = helm.deployment(docs, "autoscaler")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = helm.container_env(docs, "autoscaler")
+    assert env["LLMFLEET_AUTOSCALER_LEADER_ELECTION"] == "true"
+    assert env["LLMFLEET_AUTOSCALER_LEASE_NAMESPACE"] == helm.NAMESPACE
+    (role,) = [r for r in helm.find(docs, "Role") if r["metadata"]["name"].endswith("-lease")]
+    assert role["metadata"]["namespace"] == helm.NAMESPACE
+    lease_rule = {"resources": ["leases"], "resourceNames": [env["LLMFLEET_AUTOSCALER_LEASE_NAME"]],
+                  "apiGroups": ["coordination.k8s.io"], "verbs": ["get", "update"]}  # fmt: skip
+    assert lease_rule in role["rules"]
+    single = helm.template({"autoscaler.leaderElection": False, "autoscaler.replicas": 1})
+    assert helm.deployment(single, "autoscaler")["spec"]["strategy"] == {"type": "Recreate"}
+    assert "LLMFLEET_AUTOSCALER_LEADER_ELECTION" not in helm.container_env(single, "autoscaler")
 
 
 @pytest.mark.parametrize(
@@ -253,16 +317,21 @@ def test_disruption_budgets(values: dict[str, Any], budgets: dict[str, int]) -> 
 
 
 @pytest.mark.parametrize(
-    ("files", "probe_port", "ports"),
-    [([], "http", {"http": 8080}), ([helm.VALUES_FULL], "admin", {"http": 9080, "admin": 9091})],
-    ids=["defaults", "admin-port"],
+    ("values", "probe_port", "ports"),
+    [
+        ({}, "admin", {"http": 8080, "admin": 8090}),
+        ({"gateway.settings.adminPort": None}, "http", {"http": 8080}),
+        ({"files": [helm.VALUES_FULL]}, "admin", {"http": 9080, "admin": 9091}),
+    ],
+    ids=["defaults: an admin port", "admin port off", "admin-port"],
 )
 def test_gateway_probes_and_ports_follow_the_admin_port(
-    files: list[Path], probe_port: str, ports: dict[str, int]
+    values: dict[str, Any], probe_port: str, ports: dict[str, int]
 ) -> None:
-    """With settings.adminPort, /healthz and /readyz (and /metrics) answer only there; the
-    gateway Service still exposes only the API."""
-    docs = helm.template(files=files)
+    """With settings.adminPort (the default), /healthz and /readyz (and /metrics, /docs) answer
+    only there; the gateway Service exposes only the API."""
+    files = values.pop("files", [])
+    docs = helm.template(values, files=files)
     (container,) = helm.deployment(docs, "gateway")["spec"]["template"]["spec"]["containers"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == ports
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": probe_port}

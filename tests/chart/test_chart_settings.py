@@ -26,24 +26,42 @@ TYPED: dict[str, dict[str, tuple[str, Any]]] = {
         "gateway_url": ("operator.gatewayUrl", "https://llm.example.com"),
         "prometheus_url": ("operator.prometheusUrl", "http://prometheus.example:9090"),
         "loopback_only": ("loopbackOnly", True),
+        "operator_namespace": ("operator.enabled", True),
+        "operator_pod_labels": ("operator.enabled", True),
+        "service_monitor_labels": ("monitoring.serviceMonitors.labels", {"release": "kps"}),
     },
     "autoscaler": {
         "namespaces": ("watchNamespaces", ["models-a"]),
         "metrics_port": ("autoscaler.metricsPort", 9182),
         "prometheus_url": ("autoscaler.prometheusUrl", "http://prometheus.example:9090"),
         "loopback_only": ("loopbackOnly", True),
+        "leader_election": ("autoscaler.leaderElection", True),
+        "lease_name": ("autoscaler.leaderElection", True),
+        "lease_namespace": ("autoscaler.leaderElection", True),
     },
     "gateway": {
         "namespace": ("watchNamespaces", ["models-a"]),
         "port": ("gateway.port", 9180),
         "api_keys_secret": ("gateway.apiKeys.existingSecret", "my-keys"),
         "loopback_only": ("loopbackOnly", True),
+        "require_api_keys": ("gateway.auth", "apiKeys"),
+        "limit_replicas": ("gateway.replicas", 3),
+        "shutdown_timeout_seconds": ("gateway.shutdownTimeoutSeconds", 300),
     },
 }
 """Fields the chart always sets from a typed value: field -> (values path, a value to set)."""
 TYPED_READ_BACK = {
     ("gateway", "namespace"): "models-a",
-    ("gateway", "api_keys_secret"): f"{helm.NAMESPACE}/my-keys",
+    ("gateway", "api_keys_secret"): "serving/my-keys",
+    ("gateway", "require_api_keys"): True,
+    ("autoscaler", "lease_name"): "t-llmfleet-autoscaler",
+    ("autoscaler", "lease_namespace"): "serving",
+    ("operator", "operator_namespace"): "serving",
+    ("operator", "operator_pod_labels"): {
+        "app.kubernetes.io/name": "llmfleet",
+        "app.kubernetes.io/instance": "t",
+        "app.kubernetes.io/component": "operator",
+    },
 }
 """What those fields read back as where it is not the value itself."""
 
@@ -133,7 +151,8 @@ def test_every_settings_field_is_reachable_from_values(component: str, environ: 
         f"{component}.settings": {camel(field): value for field, value in free.items()},
         **{path: value for path, value in typed.values()},
     }
-    env = helm.container_env(helm.template(values), component)
+    # A release namespace other than any default, so that a field set from it shows.
+    env = helm.container_env(helm.template(values, namespace="serving"), component)
     loaded = environ(settings, env)
     given = {
         field: TYPED_READ_BACK.get((component, field), value) for field, (_, value) in typed.items()

@@ -32,7 +32,7 @@ def test_each_component_is_scraped_on_its_metrics_port_with_its_own_labels() -> 
     for component, port in (
         ("operator", "metrics"),
         ("autoscaler", "metrics"),
-        ("gateway", "http"),
+        ("gateway", "admin"),  # the admin routes have a port of their own by default
     ):
         (monitor,) = helm.find(docs, "PodMonitor", f"t-llmfleet-{component}")
         pod = helm.deployment(docs, component)["spec"]["template"]
@@ -47,6 +47,13 @@ def test_each_component_is_scraped_on_its_metrics_port_with_its_own_labels() -> 
         assert endpoint["path"] == "/metrics"
         # The components' namespace/service/pool labels must win over the target's.
         assert endpoint["honorLabels"] is True
+
+
+def test_the_gateway_is_scraped_on_its_api_port_without_an_admin_port() -> None:
+    docs = render({"gateway.settings.adminPort": None})
+    (monitor,) = helm.find(docs, "PodMonitor", "t-llmfleet-gateway")
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "http"
 
 
 def test_the_gateway_is_scraped_on_its_admin_port_once_it_has_one() -> None:

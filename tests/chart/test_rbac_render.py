@@ -79,7 +79,9 @@ def test_watched_namespaces_get_roles_and_nothing_namespaced_stays_cluster_wide(
     component: str,
 ) -> None:
     docs = helm.template({"watchNamespaces": ["models-a", "models-b"]})
-    namespaced = roles(docs, component, "Role")
+    # The autoscaler's Lease Role is its own, in the release namespace (the next test).
+    namespaced = [r for r in roles(docs, component, "Role") if not r["metadata"]["name"].endswith(
+        "-lease")]  # fmt: skip
     assert sorted(role["metadata"]["namespace"] for role in namespaced) == ["models-a", "models-b"]
     cluster = [rule for role in roles(docs, component, "ClusterRole") for rule in rules(role)]
     assert {resource for rule in cluster for resource in rule["resources"]} <= CLUSTER_SCOPED
@@ -90,7 +92,10 @@ def test_watched_namespaces_get_roles_and_nothing_namespaced_stays_cluster_wide(
 
 def test_all_namespaces_is_one_cluster_role_per_component() -> None:
     docs = helm.template()
-    assert helm.find(docs, "Role") == []
+    # The one namespaced Role: the autoscaler's own Lease, in the release namespace.
+    [lease] = helm.find(docs, "Role")
+    assert lease["metadata"] == lease["metadata"] | {"name": "t-llmfleet-autoscaler-lease",
+                                                      "namespace": helm.NAMESPACE}  # fmt: skip
     for component in helm.COMPONENTS:
         (role,) = roles(docs, component, "ClusterRole")
         assert role["metadata"]["name"] == f"t-llmfleet-{component}"

@@ -42,7 +42,7 @@ def test_sample_applies(kube: Kube, namespace: str, sample: Path) -> None:
     assert stored["spec"]["runtime"]["prefixCaching"] is True
     assert stored["spec"]["topology"]["mode"] in ("Unified", "Disaggregated")
     wide = kube.kubectl("get", "llmsvc", "-n", namespace, "-o", "wide").splitlines()[0].split()
-    assert wide[-2:] == ["REASON", "MODEL"]
+    assert wide[-3:] == ["REASON", "MODEL", "METRICS"]
 
 
 def test_the_base_of_the_invalid_cases_is_accepted(kube: Kube, namespace: str) -> None:

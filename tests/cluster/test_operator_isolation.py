@@ -1,6 +1,7 @@
 """Network isolation on the real API server (issue 17): the operator's NetworkPolicy per service,
-read back from the API server, admits exactly the gateway and Prometheus pods (and, when
-Disaggregated, the service's own prefill and decode pods); it goes with its service and when
+read back from the API server, admits exactly the gateway, Prometheus and operator pods (the
+operator's in-flight probe of draining engines, issue 27), and, when
+Disaggregated, the service's own prefill and decode pods; it goes with its service and when
 switched off; `status.endpoint` is never a pool Service.
 
 Which pods a peer admits is asked of the API server itself: its namespace selector and pod
@@ -31,8 +32,11 @@ GATEWAY_NS = f"isolation-gw-{SUFFIX}"
 MONITORING_NS = f"isolation-mon-{SUFFIX}"
 GATEWAY_LABELS = {"app.kubernetes.io/name": "llmfleet", "app.kubernetes.io/component": "gateway"}
 PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus", "team": "sre"}
+OPERATOR_LABELS = {"app.kubernetes.io/name": "llmfleet", "app.kubernetes.io/component": "operator"}
 OPERATOR_ENV = {
     "LLMFLEET_OPERATOR_GATEWAY_NAMESPACE": GATEWAY_NS,
+    # The operator runs beside the gateway, as the chart installs them.
+    "LLMFLEET_OPERATOR_OPERATOR_NAMESPACE": GATEWAY_NS,
     "LLMFLEET_OPERATOR_PROMETHEUS_NAMESPACE": MONITORING_NS,
     "LLMFLEET_OPERATOR_PROMETHEUS_POD_LABELS": json.dumps(PROMETHEUS_LABELS),
     "LLMFLEET_OPERATOR_GATEWAY_URL": "",
@@ -64,14 +68,10 @@ def ns(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
     try:
         plain_pod(kube, GATEWAY_NS, "gateway", GATEWAY_LABELS)
         plain_pod(kube, MONITORING_NS, "prometheus", PROMETHEUS_LABELS)
-        # Decoys: another llmfleet component beside the gateway; gateway- and Prometheus-
-        # labelled pods in the wrong namespaces; a Prometheus missing one of its labels.
-        plain_pod(
-            kube,
-            GATEWAY_NS,
-            "operator",
-            {"app.kubernetes.io/name": "llmfleet", "app.kubernetes.io/component": "operator"},
-        )
+        plain_pod(kube, GATEWAY_NS, "operator", OPERATOR_LABELS)
+        # Decoys: gateway-, operator- and Prometheus-labelled pods in the wrong namespaces; a
+        # Prometheus missing one of its labels.
+        plain_pod(kube, MONITORING_NS, "operator-elsewhere", OPERATOR_LABELS)
         plain_pod(kube, NAMESPACE, "gateway-elsewhere", GATEWAY_LABELS)
         plain_pod(kube, GATEWAY_NS, "prometheus-elsewhere", PROMETHEUS_LABELS)
         plain_pod(kube, MONITORING_NS, "prometheus-other-team",
@@ -149,6 +149,8 @@ DISAGGREGATED = {"mode": "Disaggregated", "unified": None,
 ENGINE_PORT = [{"port": L.ENGINE_PORT, "protocol": "TCP"}]
 GATEWAY = {f"{GATEWAY_NS}/gateway"}
 PROMETHEUS = {f"{MONITORING_NS}/prometheus"}
+OPERATOR = {f"{GATEWAY_NS}/operator"}
+ADMITTED = [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT), (OPERATOR, ENGINE_PORT)]
 
 
 def no_endpoint_is_published(kube: Kube, namespace: str, name: str) -> None:
@@ -168,7 +170,7 @@ def no_endpoint_is_published(kube: Kube, namespace: str, name: str) -> None:
     kube.wait_for(lambda: endpoint() == "", 30, "the pool Service address removed", 1)
 
 
-def test_the_network_policy_admits_exactly_the_gateway_and_prometheus(
+def test_the_network_policy_admits_exactly_the_gateway_prometheus_and_the_operator(
     kube: Kube, ns: tuple[str, Path]
 ) -> None:
     namespace, logs = ns
@@ -184,7 +186,7 @@ def test_the_network_policy_admits_exactly_the_gateway_and_prometheus(
         assert policy is not None
         print(json.dumps(policy["spec"], indent=1))
         assert policy["spec"]["policyTypes"] == ["Ingress"]
-        assert sources(kube, policy) == [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT)]
+        assert sources(kube, policy) == ADMITTED
         protected = admitted(kube, {"podSelector": policy["spec"]["podSelector"]}, namespace)
         assert protected == engine_pods(kube, namespace, "chat", ("unified",))
         owner = policy["metadata"]["ownerReferences"][0]
@@ -210,12 +212,12 @@ def test_the_network_policy_admits_exactly_the_gateway_and_prometheus(
         kube.wait_for(switched, 90, "Disaggregated, Ready, no unified pod left", interval=1)
         found = sources(kube, network_policy(kube, namespace, "chat") or {})
         siblings = engine_pods(kube, namespace, "chat", ("prefill", "decode"))
-        assert found == [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT), (siblings, None)]
+        assert found == [*ADMITTED, (siblings, None)]
 
         # The other service's policy is its own: its pods only, no sibling peer.
         other = network_policy(kube, namespace, "other")
         assert other is not None
-        assert sources(kube, other) == [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT)]
+        assert sources(kube, other) == ADMITTED
         others = admitted(kube, {"podSelector": other["spec"]["podSelector"]}, namespace)
         assert others == engine_pods(kube, namespace, "other", ("unified",))
 

@@ -91,7 +91,10 @@ def test_a_new_service_records_its_revision_and_runs_as_before() -> None:
     settle(world)
     assert world.serving("chat-unified") == 4
     assert len(world.status["revision"]) == 10
-    assert world.status["stableSpec"]["runtime"]["env"] == [{"name": "V", "value": "1"}]
+    # Unset optional fields are written as nulls (a merge patch then removes an older value).
+    assert world.status["stableSpec"]["runtime"]["env"] == [
+        {"name": "V", "value": "1", "valueFrom": None}
+    ]
     assert world.status["stableSpec"]["deploymentRevision"] == ""
     assert "canary" not in world.status
     deployment = world.children[("Deployment", "chat-unified")]
@@ -177,10 +180,13 @@ def test_canary_pods_carry_their_revision_and_serve_only_in_the_canary_service()
                         L.SERVING: L.SERVING_CANARY}  # fmt: skip
     assert world.serving(name, L.SERVING_CANARY) == 1
     assert world.serving("chat-unified") == 4
-    # The stable pods keep reading the stable revision's config.
+    # The stable pods keep their revision's env (on the pod: env never enters the ConfigMap),
+    # and each Deployment reads its own config key.
+    stable = world.children[("Deployment", "chat-unified")]["spec"]["template"]["spec"]
+    assert {"name": "V", "value": "1"} in stable["containers"][0]["env"]
     data = world.children[("ConfigMap", "chat-runtime")]["data"]
-    assert '"value": "1"' in data["unified.json"]
-    assert '"value": "2"' in data[f"{name.removeprefix('chat-')}.json"]
+    assert {"unified.json", f"{name.removeprefix('chat-')}.json"} <= set(data)
+    assert all('"env"' not in text for text in data.values())
     assert world.status["serving"] == "unified 4/4 canary 1/1 (25%)"
     assert world.condition("CanaryInProgress")["status"] == "True"
 

@@ -29,6 +29,13 @@ PROMETHEUS = {
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
 }
+OPERATOR = {
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "llmfleet",
+                                    "app.kubernetes.io/component": "operator"}},
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llmfleet"}},
+}  # fmt: skip
+"""The operator asks draining engines for their in-flight count on the engine port."""
+BASE = [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT), (OPERATOR, ENGINE_PORT)]
 
 
 def siblings(service: str) -> dict[str, Any]:
@@ -70,18 +77,14 @@ def old_pods(*pools: str) -> Observed:
 @pytest.mark.parametrize(
     ("sample", "observed", "expected"),
     [
-        pytest.param("unified", Observed(), [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT)],
-                     id="unified-gateway-and-prometheus-only"),
-        pytest.param("disaggregated", Observed(),
-                     [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT),
-                      (siblings("llama-70b-pd"), None)],
+        pytest.param("unified", Observed(), BASE,
+                     id="unified-gateway-prometheus-and-operator-only"),
+        pytest.param("disaggregated", Observed(), [*BASE, (siblings("llama-70b-pd"), None)],
                      id="disaggregated-also-prefill-and-decode-each-other-every-port"),
         pytest.param("unified", old_pods("prefill", "decode"),
-                     [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT),
-                      (siblings("llama-8b"), None)],
+                     [*BASE, (siblings("llama-8b"), None)],
                      id="back-to-unified-while-old-prefill-and-decode-pods-serve"),
-        pytest.param("unified", old_pods("unified"),
-                     [(GATEWAY, ENGINE_PORT), (PROMETHEUS, ENGINE_PORT)],
+        pytest.param("unified", old_pods("unified"), BASE,
                      id="unified-pods-need-no-kv-transfer"),
     ],
 )  # fmt: skip
@@ -134,10 +137,17 @@ def test_kv_transfer_peers_are_the_services_own_prefill_and_decode_pods() -> Non
     assert not matches(peer["podSelector"], pools["decode"] | {L.POOL: "unified"})
 
 
+def test_without_the_in_flight_probe_the_operator_is_not_admitted() -> None:
+    settings = OperatorSettings(probe_in_flight=False)
+    peers = [peer for peer, _ in rules(desired(load("unified"), Observed(), settings, NOW))]
+    assert peers == [GATEWAY, PROMETHEUS]
+
+
 def test_the_selectors_are_operator_settings() -> None:
     settings = OperatorSettings(
         gateway_namespace="edge", gateway_pod_labels={"app": "gw"},
         prometheus_namespace="", prometheus_pod_labels={"app": "prom", "shard": "0"},
+        operator_namespace="ops", operator_pod_labels={"app": "op"},
     )  # fmt: skip
     peers = [peer for peer, _ in rules(desired(load("unified"), Observed(), settings, NOW))]
     assert peers == [
@@ -145,10 +155,14 @@ def test_the_selectors_are_operator_settings() -> None:
          "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "edge"}}},
         # An empty namespace setting: any namespace (an empty namespaceSelector), not none.
         {"podSelector": {"matchLabels": {"app": "prom", "shard": "0"}}, "namespaceSelector": {}},
+        {"podSelector": {"matchLabels": {"app": "op"}},
+         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}},
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("field", ["gateway_pod_labels", "prometheus_pod_labels"])
+@pytest.mark.parametrize(
+    "field", ["gateway_pod_labels", "prometheus_pod_labels", "operator_pod_labels"]
+)
 def test_an_empty_pod_selector_is_refused(field: str) -> None:
     # {} would select every pod of the namespace (or of the cluster): no isolation at all.
     with pytest.raises(ValidationError, match=field):

@@ -82,3 +82,21 @@ def test_the_pod_probes_and_stops_the_launcher_where_it_answers() -> None:
     assert startup["periodSeconds"] * startup["failureThreshold"] >= serving.startup_timeout_seconds
     grace = pod["terminationGracePeriodSeconds"]
     assert grace >= settings.drain_seconds + serving.engine_stop_seconds
+
+
+def test_the_launcher_loads_a_pvc_source_where_the_operator_mounts_it(tmp_path: Path) -> None:
+    manifest = yaml.safe_load((SAMPLES / "unified.yaml").read_text())
+    manifest["metadata"].update(namespace="team", uid="uid-1")
+    manifest["spec"]["model"]["source"] = "pvc://weights/llama/8b"
+    service = InferenceService.model_validate(manifest)
+    pod = deployment(service, "unified", 1, OperatorSettings())["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    [volume] = [v for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("readOnly")]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert volume["persistentVolumeClaim"]["claimName"] == "weights"
+    path = tmp_path / "unified.json"
+    path.write_text(json.dumps(runtime_config(service, "unified")))
+    config = load_config(path, {})
+    argv = plan_engine(config, detect(config.runtime.gpu, {})).argv
+    assert argv[2] == f"{mount['mountPath']}/llama/8b"
+    assert mount["readOnly"] is True

@@ -83,3 +83,24 @@ def test_prometheus_is_debian_bookworms_package_unpacked_into_the_cache() -> Non
     assert tool.key == "prometheus-2.42.0"
     assert tool.pin == "prometheus=2.42.0+ds-5+deb12u1"
     assert tool.binaries == ("prometheus", "promtool")
+
+
+def test_the_real_node_tools_are_pinned_with_their_build_needs() -> None:
+    assert TOOLS_BY_NAME["kubelet"].binaries == ("kubelet", "kube-proxy")
+    assert TOOLS_BY_NAME["kubelet"].version == KUBERNETES_VERSION
+    containerd = TOOLS_BY_NAME["containerd"]
+    assert isinstance(containerd, GoTool)
+    assert containerd.binaries == ("containerd", "ctr", "containerd-shim-runc-v2")
+    argv, _, env = containerd.command(Path("/out"))
+    assert "-tags=no_btrfs,no_devmapper,no_zfs" in argv
+    assert env["CGO_ENABLED"] == "0"
+    runc = TOOLS_BY_NAME["runc"]
+    assert isinstance(runc, GoTool)
+    argv, _, env = runc.command(Path("/out"))
+    # seccomp (Pod Security `restricted`) needs cgo and libseccomp's headers, installed by apt.
+    assert "-tags=seccomp,urfave_cli_no_docs" in argv
+    assert env["CGO_ENABLED"] == "1"
+    assert runc.apt_build_deps == ("libseccomp-dev",)
+    busybox = TOOLS_BY_NAME["busybox"]
+    assert isinstance(busybox, DebTool)
+    assert busybox.check_args == ("--help",)  # busybox has no --version

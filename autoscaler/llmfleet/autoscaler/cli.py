@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import logging
+import signal
+import socket
+import sys
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +19,9 @@ from llmfleet.autoscaler.settings import AutoscalerSettings
 from llmfleet.core.options import given
 
 if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from llmfleet.autoscaler.lease import LeaseElector
     from llmfleet.autoscaler.loop import Outcome
 
 # The Kubernetes and Prometheus clients and the policy are imported by `run`, not here:
@@ -126,18 +133,43 @@ def run(
         settings.prometheus_url,
         len(profiles),
     )
+    elector = _elector(settings, kube.api) if settings.leader_election and not once else None
+    leads: Callable[[], bool] = (
+        (lambda: elector.lead(datetime.now(UTC))) if elector is not None else (lambda: True)
+    )
+    if elector is not None:
+        # SIGTERM (a rollout, a drained node) ends the loop through `finally`: the Lease is
+        # given up, so the standby takes over at its next pass instead of after lease_seconds.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     fast = settings.fast_interval_seconds
-    while True:
-        started = time.monotonic()
-        _log_pass(autoscaler.run_once, "autoscaler pass")
-        if once:
-            return
-        # Fast passes until the next full one is due (none when disabled or not shorter).
-        due = started + settings.interval_seconds
-        while 0 < fast < settings.interval_seconds and time.monotonic() + fast < due:
-            time.sleep(fast)
-            _log_pass(autoscaler.run_fast, "autoscaler fast pass")
-        time.sleep(max(due - time.monotonic(), 0.0))
+    try:
+        while True:
+            started = time.monotonic()
+            if leads():
+                _log_pass(autoscaler.run_once, "autoscaler pass")
+            if once:
+                return
+            # Fast passes until the next full one is due (none when disabled or not shorter).
+            due = started + settings.interval_seconds
+            while 0 < fast < settings.interval_seconds and time.monotonic() + fast < due:
+                time.sleep(fast)
+                if leads():
+                    _log_pass(autoscaler.run_fast, "autoscaler fast pass")
+            time.sleep(max(due - time.monotonic(), 0.0))
+    finally:
+        if elector is not None:
+            elector.release()
+
+
+def _elector(settings: AutoscalerSettings, api: ApiClient) -> LeaseElector:
+    from llmfleet.autoscaler.lease import LeaseElector
+
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    log.info("leader election: lease %s/%s as %s", settings.lease_namespace,
+             settings.lease_name, identity)  # fmt: skip
+    return LeaseElector(
+        api, settings.lease_namespace, settings.lease_name, identity, settings.lease_seconds
+    )
 
 
 def _log_pass(run_pass: Callable[[datetime], list[Outcome]], what: str) -> None:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -66,7 +66,31 @@ def _counts(status: AutoscalingStatus | None) -> object:
     if status is None:
         return None
     pools = {name: (p.active, p.spares) for name, p in status.pools.items()}
-    return pools, status.limited, status.message
+    missing = (status.metrics_missing_since, status.metrics_missing_pools)
+    return pools, status.limited, status.message, missing
+
+
+def _metrics_missing(
+    status: AutoscalingStatus,
+    current: AutoscalingStatus | None,
+    missing: list[str] | None,
+    now: datetime,
+) -> AutoscalingStatus:
+    """`status` with `metricsMissingSince`/`metricsMissingPools`: the pools with Ready pods
+    and no engine series in this full pass, since the first pass in a row that found any;
+    `missing` None (a fast pass): as `current` says."""
+    kept = current.metrics_missing_since if current is not None else None
+    if missing is None:
+        pools = current.metrics_missing_pools if current is not None else None
+        return status.model_copy(
+            update={"metrics_missing_since": kept, "metrics_missing_pools": pools}
+        )
+    if not missing:
+        return status
+    since = kept or now.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return status.model_copy(
+        update={"metrics_missing_since": since, "metrics_missing_pools": missing}
+    )
 
 
 class Autoscaler:
@@ -185,7 +209,12 @@ class Autoscaler:
             decision = decide(inputs, state, now, self.config)
             self.states[uid] = decision.state
 
-        status = decision.status()
+        # NOTE: a pool whose pods are Ready has engines that serve /metrics; no series for it
+        # means Prometheus does not scrape them (a ServiceMonitor its selector does not match,
+        # a NetworkPolicy that refuses it) or cannot be asked at all. A fast pass reads gauges
+        # only: what the last full pass found stands.
+        without = None if fast else [p for p in pools if p not in signals and counted[p].ready]
+        status = _metrics_missing(decision.status(), current, without, now)
         for pool, plan in decision.pools.items():
             labels = (namespace, name, pool)
             self.metrics.desired_replicas.labels(*labels).set(plan.active)
@@ -244,6 +273,8 @@ def _patch(status: AutoscalingStatus, current: AutoscalingStatus | None) -> dict
         kept = current.pools.get(pool) if current else None
         if decided.floor_memory is None and kept is not None and kept.floor_memory:
             wire["pools"][pool]["floorMemory"] = None
+    if status.metrics_missing_since is None and current and current.metrics_missing_since:
+        wire |= {"metricsMissingSince": None, "metricsMissingPools": None}
     return wire
 
 

@@ -46,6 +46,18 @@ class AutoscalerSettings(LoopbackSettings):
     profiles_dir: Path | None = None
     """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
     field_manager: str = "llmfleet-autoscaler"
+    leader_election: bool = False
+    """Run passes only while holding the Lease `lease_namespace/lease_name`
+    (coordination.k8s.io): replicas sharing it elect one active autoscaler, the others stand
+    by and take over once it stops renewing (`lease_seconds`). Off: every process acts (one
+    replica only)."""
+    lease_name: str = "llmfleet-autoscaler"
+    """The Lease's name."""
+    lease_namespace: str = "default"
+    """The Lease's namespace (the chart: its release namespace)."""
+    lease_seconds: float = Field(default=60.0, gt=0)
+    """How long a Lease lasts after its holder's last renewal (each pass renews it): the
+    longest a standby waits before it takes over from a holder that stopped."""
     metrics_port: int = Field(default=8082, ge=0, le=65535)
     """Port of the autoscaler's /metrics endpoint (0: no endpoint); the gateway has 8080 and the
     operator 8081, so all three run side by side on one machine."""

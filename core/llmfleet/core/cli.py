@@ -160,6 +160,14 @@ def cluster_up(
     port: Annotated[
         int | None, typer.Option(help="kube-apiserver port on 127.0.0.1 (default: a free one).")
     ] = None,
+    real_node: Annotated[
+        bool,
+        typer.Option(
+            help="Also a real node (kubelet, containerd, runc) running real containers; only "
+            "inside a network namespace of the run's own (`llmfleet isolated -- llmfleet "
+            "cluster up --real-node`), else it says why and goes on without."
+        ),
+    ] = False,
 ) -> None:
     """Start the local cluster: build missing binaries, start the control plane, add GPU nodes."""
     cluster = LocalCluster(name)
@@ -171,6 +179,7 @@ def cluster_up(
             gpu_type=gpu_type,
             pools=parse_pools(pools, gpus_per_node) if pools is not None else None,
             port=port,
+            real_node=real_node,
             step=_step,
             build_progress=reporter,
         )

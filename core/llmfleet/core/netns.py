@@ -21,6 +21,7 @@ clusters what to fail with.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -61,9 +62,43 @@ def setup_commands() -> list[list[str]]:
     return commands
 
 
+RUN_BRIDGE = "llmfleet0"
+"""The real node's pod bridge (cluster/realnode_config.py), made inside the run's namespace."""
+
+POD_LINK_PREFIX = "lfh"
+"""Host ends of the pod runner's veth pairs (local/podnet.py)."""
+
+
 def interfaces() -> list[str]:
     """The network interfaces this process sees."""
     return [name for _, name in socket.if_nameindex()]
+
+
+def run_made(links: list[dict[str, object]]) -> list[str]:
+    """Of `ip -d -j link` entries, the names of links the run made inside its own namespace:
+    the real node's pod bridge, the veths enslaved to it, the pod runner's veths. Their other
+    ends lie in pod namespaces the run made; none is a way off the machine (pure)."""
+    made: list[str] = []
+    for link in links:
+        name = str(link.get("ifname", ""))
+        info = link.get("linkinfo")
+        kind = info.get("info_kind") if isinstance(info, dict) else None
+        bridged = link.get("master") == RUN_BRIDGE or name.startswith(POD_LINK_PREFIX)
+        if (name == RUN_BRIDGE and kind == "bridge") or (kind == "veth" and bridged):
+            made.append(name)
+    return made
+
+
+def _run_made_here() -> list[str]:
+    try:
+        listing = subprocess.run(
+            ["ip", "-d", "-j", "link", "show"], capture_output=True, text=True, timeout=10,
+            check=False,
+        )  # fmt: skip
+        links = json.loads(listing.stdout) if listing.returncode == 0 else []
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return []
+    return run_made(links if isinstance(links, list) else [])
 
 
 def isolation_problem(
@@ -73,6 +108,9 @@ def isolation_problem(
     isolated (for tests that must not start servers or clusters outside a namespace).
     `seen` and `environ` default to this process's interfaces and environment."""
     others = [name for name in (interfaces() if seen is None else seen) if name != "lo"]
+    if others and seen is None:  # links the run made itself (a real node's pods) are inside
+        made = set(_run_made_here())
+        others = [name for name in others if name not in made]
     if not others:
         return None
     problem = f"this process sees interfaces besides loopback ({', '.join(others)})"

@@ -304,6 +304,14 @@ class AutoscalingStatus(ApiModel):
     """True when the GPU budget or Pending pods stopped a scale-up."""
     message: Annotated[str, Field(max_length=4096)] = ""
     """Why scaling is limited, when it is."""
+    metrics_missing_since: Annotated[str, Field(max_length=64)] | None = None
+    """Since when (RFC 3339) every full pass has found no engine series in Prometheus for a
+    pool with serving pods (`metricsMissingPools`); unset while the series arrive. The operator
+    turns it into the MetricsMissing condition."""
+    metrics_missing_pools: (
+        Annotated[list[Annotated[str, Field(max_length=32)]], Field(max_length=3)] | None
+    ) = None
+    """The serving pools without engine series (unset with `metricsMissingSince`)."""
 
 
 class InferenceServiceStatus(ApiModel):

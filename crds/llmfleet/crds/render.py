@@ -51,6 +51,9 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Reason", "type": "string", "priority": 1,
      "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
     {"name": "Model", "type": "string", "priority": 1, "jsonPath": ".spec.model.name"},
+    {"name": "Metrics", "type": "string", "priority": 1,
+     "jsonPath": '.status.conditions[?(@.type=="MetricsMissing")].reason',
+     "description": "NoEngineSeries when Prometheus has none of the engines' series"},
 ]  # fmt: skip
 
 

@@ -6,12 +6,21 @@ structural schema); cross-field rules are `Rule`s (CEL for the API server, Pytho
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
 
 from llmfleet.crds._base import ApiModel, Rule, defaulted
+from llmfleet.crds.pod import (
+    EnvFromSource,
+    EnvVarSource,
+    LocalRef,
+    ModelCache,
+    Quantity,
+    ResourceOverrides,
+)
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MAX_EXACT_INTEGER = 2**53 - 1
@@ -29,14 +38,21 @@ LABEL_KEY = (
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 """A Kubernetes label value (or taint value), empty or at most 63 characters."""
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE, max_length=63)]
+PVC_SOURCE = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/]+)*/?$"
+"""`pvc://<claim>[/<path>]`: a PersistentVolumeClaim name, then a path inside it."""
 
 
 class ModelSpec(ApiModel):
     name: Annotated[str, Field(min_length=1, max_length=256)]
     """Model identifier, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
     source: Annotated[str, Field(pattern=r"^(hf|pvc|s3|gs)://.+", max_length=1024)] | None = None
-    """Where the weights come from: `hf://org/model`, `pvc://claim/path`, `s3://…` or `gs://…`.
+    """Where the weights come from. `hf://org/model`: that hub repository, downloaded into the
+    model cache (`cache`). `pvc://claim/path`: a directory of a PersistentVolumeClaim in the
+    service's namespace, mounted read-only (nothing is downloaded). `s3://…` and `gs://…`: given
+    to vLLM as the model, streamed by its Run:ai model streamer (credentials through `env`).
     Defaults to `hf://<name>`."""
+    cache: ModelCache | None = None
+    """Where downloaded weights are kept; an emptyDir per pod when unset."""
     revision: Annotated[str, Field(max_length=128)] | None = None
     """Hub revision (branch, tag or commit) to pin; the default branch when unset."""
     served_name: Annotated[str, Field(min_length=1, max_length=256)] | None = None
@@ -45,6 +61,21 @@ class ModelSpec(ApiModel):
     """Maximum context length (prompt + output tokens); the model's own limit when unset.
     Required when chunked prefill is off and `runtime.chunkedPrefill.maxBatchedTokens` is set
     (that budget must hold a whole prompt)."""
+
+    rules = (
+        Rule(
+            cel="!has(self.source) || !self.source.startsWith('pvc://') || "
+            f"self.source.matches('{PVC_SOURCE}')",
+            message="a pvc:// source is pvc://<claim>/<path>: the claim a PersistentVolumeClaim "
+            "name (lowercase letters, digits, '-' and '.'), then the directory of the weights",
+            field_path=".source",
+            check=lambda m: (
+                m.source is None
+                or not m.source.startswith("pvc://")
+                or re.match(PVC_SOURCE, m.source) is not None
+            ),
+        ),
+    )
 
 
 class GpuType(StrEnum):
@@ -118,7 +149,20 @@ class EnvVar(ApiModel):
     name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
     """Environment variable name."""
     value: Annotated[str, Field(max_length=32_768)] = ""
-    """Its value."""
+    """Its value (plain text, in this object and the Deployment: use `valueFrom` for a
+    secret)."""
+    value_from: EnvVarSource | None = None
+    """Its value from a Secret's or a ConfigMap's key, read by the kubelet when the pod starts
+    (a gated model's `HF_TOKEN`): it appears in no object llmfleet writes."""
+
+    rules = (
+        Rule(
+            cel="!has(self.valueFrom) || !has(self.value) || self.value == ''",
+            message="an env entry takes value or valueFrom, not both",
+            field_path=".valueFrom",
+            check=lambda v: v.value_from is None or v.value == "",
+        ),
+    )
 
 
 class RuntimeSpec(ApiModel):
@@ -160,7 +204,21 @@ class RuntimeSpec(ApiModel):
             },
         ),
     ] = []
-    """Extra environment variables for the engine container; each name once."""
+    """Extra environment variables for the engine container; each name once. They win over
+    the operator's own defaults for the same name (HOME, HF_HOME, ...), except the ones the
+    launcher is given by the operator (LLMFLEET_DRAIN_SECONDS, POD_IP, POD_NAME,
+    POD_NAMESPACE)."""
+    env_from: Annotated[list[EnvFromSource], Field(max_length=16)] | None = None
+    """Every key of a Secret or ConfigMap as environment variables of the engine container."""
+    image_pull_secrets: Annotated[list[LocalRef], Field(max_length=16)] | None = None
+    """Secrets to pull `image` with (a private registry); the operator's own default ones
+    (`LLMFLEET_OPERATOR_ENGINE_IMAGE_PULL_SECRETS`) when unset."""
+    resources: ResourceOverrides | None = None
+    """CPU and memory requests and limits of the engine container; derived from the GPU type
+    and count when unset (docs/operations.md lists them)."""
+    shm_size: Quantity | None = None
+    """Size of the memory-backed /dev/shm (NCCL and vLLM's tensor-parallel workers exchange
+    data through it); 2Gi per GPU when unset."""
 
     rules = (
         Rule(

@@ -42,6 +42,7 @@ from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
 from llmfleet.gateway.gc_pauses import PauseRecorder, freeze_startup_heap
+from llmfleet.gateway.keys_reload import KeysReloader
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from llmfleet.gateway.kube_secrets import read_keys_secret
 from llmfleet.gateway.metrics import GatewayMetrics
@@ -57,7 +58,7 @@ from llmfleet.gateway.proxy import Call, Failure, Forwarder, Priority
 from llmfleet.gateway.routing.base import RoutingRequest
 from llmfleet.gateway.scraper import scrape_forever
 from llmfleet.gateway.settings import GatewaySettings
-from llmfleet.gateway.tenants import Tenants
+from llmfleet.gateway.tenants import Tenants, TenantsError
 from llmfleet.gateway.upstream import AiohttpUpstream, HttpxUpstream, Upstream
 from llmfleet.gateway.wire import WireUpstream
 
@@ -141,11 +142,16 @@ def create_app(
         known = ", ".join(sorted(settings.profiles))
         raise ValueError(f"unknown routing profile {settings.profile!r} (known: {known})")
     source = discovery if discovery is not None else _discovery_from(settings)
-    if tenants is None and settings.api_keys_file is not None:
-        tenants = Tenants.from_file(settings.api_keys_file, clock)
-    elif tenants is None and settings.api_keys_secret is not None:
-        kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-        tenants = Tenants.parse(read_keys_secret(settings.api_keys_secret, kubeconfig), clock)
+    reloader: KeysReloader | None = None
+    if tenants is None:
+        reloader = _keys_from(settings, clock)
+        tenants = reloader.tenants if reloader is not None else None
+    if settings.require_api_keys and tenants is None:
+        raise ValueError(
+            "require_api_keys is set and no API keys are configured (api_keys_file or "
+            "api_keys_secret): the gateway would serve everyone. Give keys, or turn "
+            "require_api_keys off (the chart: gateway.auth: none)"
+        )
     if settings.admin_requires_key and tenants is None:
         raise ValueError(
             "admin_requires_key needs API keys (api_keys_file or api_keys_secret): without "
@@ -179,9 +185,18 @@ def create_app(
             frozen = freeze_startup_heap()
             log.info("froze %d start-up objects out of the garbage collector's way", frozen)
         pauses.start()
+        reloading = (
+            asyncio.create_task(reloader.forever(settings.api_keys_reload_seconds))
+            if reloader is not None and settings.api_keys_reload_seconds > 0
+            else None
+        )
         try:
             yield
         finally:
+            if reloading is not None:
+                reloading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reloading
             pauses.stop()
             scraper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -194,6 +209,27 @@ def create_app(
     gateway = _Gateway(settings, source, forwarder, metrics, tenants, table, clock)
     key_guard = tenants if settings.admin_requires_key else None
     return GatewayApp(admin, gateway, forwarder, table, metrics, operations, key_guard)
+
+
+def _keys_from(settings: GatewaySettings, clock: Clock) -> KeysReloader | None:
+    """The API keys the settings name (a file, else a Secret), read now, with what re-reads
+    them; None when they name none."""
+    replicas = settings.limit_replicas
+    if settings.api_keys_file is not None:
+        path = settings.api_keys_file
+        read: Callable[[], str] = path.read_text
+        where = str(path)
+    elif settings.api_keys_secret is not None:
+        reference = settings.api_keys_secret
+        kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+        read, where = (lambda: read_keys_secret(reference, kubeconfig)), f"Secret {reference}"
+    else:
+        return None
+    try:
+        text = read()
+    except OSError as error:
+        raise TenantsError(f"cannot read API keys file {where}: {error}") from error
+    return KeysReloader(Tenants.parse(text, clock, replicas), read, where, text)
 
 
 def _admin_apps(

@@ -169,6 +169,7 @@ def _config(
         server_header=False,
         log_level=settings.log_level.lower(),
         lifespan=lifespan,
+        timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
     )
 
 

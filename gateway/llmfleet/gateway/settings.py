@@ -74,7 +74,22 @@ class GatewaySettings(LoopbackSettings):
     """YAML mapping tenants to API keys and per-minute limits (`tenants.py`); None: no auth."""
     api_keys_secret: str | None = None
     """`NAMESPACE/NAME` of a Kubernetes Secret whose `tenants.yaml` holds that document (read
-    at start, through `kubeconfig` or the in-cluster config); used when no keys file is set."""
+    through `kubeconfig` or the in-cluster config); used when no keys file is set."""
+    api_keys_reload_seconds: float = Field(default=10.0, ge=0)
+    """Re-read the keys file or Secret this often and apply a changed document at once (keys
+    added or revoked; a tenant keeps its rate-limit buckets). 0: read once at start."""
+    require_api_keys: bool = False
+    """Refuse to start without API keys (`api_keys_file` or `api_keys_secret`), so a missing
+    Secret cannot silently leave the gateway open. The chart sets it unless its
+    `gateway.auth` is `none`."""
+    shutdown_timeout_seconds: int | None = Field(default=None, gt=0)
+    """After SIGTERM (the server stops accepting at once), how long the requests in flight,
+    streams included, may go on before they are cut: their connections are closed, and a
+    stream cut so ends without its final `data: [DONE]` event. None: as long as they take.
+    Keep it below the pod's terminationGracePeriodSeconds (the chart derives that from it)."""
+    limit_replicas: int = Field(default=1, ge=1)
+    """Gateway replicas that share each tenant's limits: each replica enforces
+    `limit / limit_replicas` with buckets of its own (the chart sets its replica count)."""
     profile: str = "prefix-load"
     """Routing profile used for every pool (a key of `profiles`)."""
     profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))

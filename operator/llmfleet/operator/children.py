@@ -16,6 +16,7 @@ from typing import Any
 from llmfleet.crds import API_VERSION, KIND, InferenceService
 from llmfleet.crds import labels as L
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES
+from llmfleet.operator import engine_pod
 from llmfleet.operator.settings import OperatorSettings
 
 CONFIG_DIR = "/etc/llmfleet/runtime"
@@ -23,6 +24,10 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by Kubernetes on every namespace to its name: how a NetworkPolicy names a namespace."""
 KV_TRANSFER_POOLS = ("prefill", "decode")
 METRICS_LABEL = "llmfleet.dev/metrics"
+POD_ONLY_RUNTIME_FIELDS = ("env", "envFrom", "imagePullSecrets", "resources", "shmSize")
+"""`spec.runtime` fields the operator puts on the pod and never into the runtime ConfigMap:
+the launcher has no use for them, and an env entry's value (or its reference) has no place in
+a ConfigMap that anyone who may read ConfigMaps can read."""
 ENGINE_STARTUP_SECONDS = 1800
 """How long the startup probe lets vLLM load before its /health must answer: the launcher's own
 startup timeout (`serving.startupTimeoutSeconds`), which ends a stuck load with an exit code
@@ -67,7 +72,11 @@ def runtime_config(service: InferenceService, pool: str) -> dict[str, Any]:
         "port": L.ENGINE_PORT,
         "launcherPort": L.LAUNCHER_PORT,
         "model": spec.model.to_wire() | {"servedName": spec.served_name},
-        "runtime": spec.runtime.to_wire(),
+        "runtime": {
+            key: value
+            for key, value in spec.runtime.to_wire().items()
+            if key not in POD_ONLY_RUNTIME_FIELDS
+        },
         "slo": spec.slo.to_wire(),
     }
     if spec.topology.kv_transfer is not None:
@@ -123,7 +132,6 @@ def deployment(
     it never claims the pool's other Deployment's pods, and its pods carry the `revision`."""
     spec = service.spec
     pool_spec = spec.pools()[pool]
-    gpus = spec.runtime.gpu.count
     name = name or child_name(service, pool)
     selector = {L.SERVICE: service.metadata["name"], L.POOL: pool}
     pod_labels: dict[str, str] = {}
@@ -135,7 +143,7 @@ def deployment(
     node_selector |= pool_spec.node_selector
     tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     tolerations += [toleration.to_wire() for toleration in pool_spec.tolerations]
-    container = {
+    container: dict[str, Any] = {
         "name": "engine",
         "image": spec.runtime.image or settings.runtime_image,
         "command": [
@@ -149,17 +157,13 @@ def deployment(
             {"name": "http", "containerPort": L.ENGINE_PORT, "protocol": "TCP"},
             {"name": "launcher", "containerPort": L.LAUNCHER_PORT, "protocol": "TCP"},
         ],
-        "env": [env.to_wire() for env in spec.runtime.env]
-        + [
-            {"name": "LLMFLEET_DRAIN_SECONDS", "value": str(settings.drain_seconds)},
-            # The KV-transfer side channel (NIXL) advertises the pod's own address.
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        "env": engine_pod.env(service, settings),
+        "resources": engine_pod.resources(service),
+        "securityContext": engine_pod.container_security_context(),
+        "volumeMounts": [
+            {"name": "runtime-config", "mountPath": CONFIG_DIR, "readOnly": True},
+            *engine_pod.volume_mounts(service),
         ],
-        "resources": {
-            "requests": {GPU_RESOURCE: str(gpus), "cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi"},
-            "limits": {GPU_RESOURCE: str(gpus)},
-        },
-        "volumeMounts": [{"name": "runtime-config", "mountPath": CONFIG_DIR, "readOnly": True}],
         # Ready only after the engine is healthy and warmed up, and no longer once it drains
         # (the launcher decides, on its side port).
         "readinessProbe": {
@@ -183,6 +187,27 @@ def deployment(
         # once vLLM has nothing in flight or LLMFLEET_DRAIN_SECONDS have passed; SIGTERM after.
         "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": "launcher"}}},
     }
+    env_from = engine_pod.env_from(service)
+    if env_from:
+        container["envFrom"] = env_from
+    pod_spec: dict[str, Any] = {
+        # The preStop drain (LLMFLEET_DRAIN_SECONDS at most), then vLLM's exit after SIGTERM
+        # (the launcher's engineStopSeconds, 10), with room to spare.
+        "terminationGracePeriodSeconds": settings.drain_seconds + 30,
+        "securityContext": engine_pod.pod_security_context(settings),
+        # The engine talks to no Kubernetes API.
+        "automountServiceAccountToken": False,
+        "nodeSelector": node_selector,
+        "tolerations": tolerations,
+        "containers": [container],
+        "volumes": [
+            {"name": "runtime-config", "configMap": {"name": child_name(service, "runtime")}},
+            *engine_pod.volumes(service),
+        ],
+    }
+    pull_secrets = engine_pod.image_pull_secrets(service, settings)
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = pull_secrets
     metadata = _meta(service, name, pool)
     if revision:
         metadata["labels"][L.REVISION] = revision
@@ -205,20 +230,7 @@ def deployment(
                     "labels": selector | pod_labels | {L.SERVING: "false"},
                     "annotations": {L.CONFIG_HASH: config_hash},
                 },
-                "spec": {
-                    # The preStop drain (LLMFLEET_DRAIN_SECONDS at most), then vLLM's exit
-                    # after SIGTERM (the launcher's engineStopSeconds, 10), with room to spare.
-                    "terminationGracePeriodSeconds": settings.drain_seconds + 30,
-                    "nodeSelector": node_selector,
-                    "tolerations": tolerations,
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "runtime-config",
-                            "configMap": {"name": child_name(service, "runtime")},
-                        }
-                    ],
-                },
+                "spec": pod_spec,
             },
         },
     }
@@ -287,11 +299,15 @@ def metrics_service(service: InferenceService) -> Manifest:
     }
 
 
-def service_monitor(service: InferenceService) -> Manifest:
+def service_monitor(service: InferenceService, settings: OperatorSettings) -> Manifest:
+    """The ServiceMonitor of the service's metrics Service, with `service_monitor_labels` (what
+    a Prometheus selects ServiceMonitors by) beside the operator's own."""
+    metadata = _meta(service, child_name(service, "metrics"))
+    metadata["labels"] = dict(settings.service_monitor_labels) | metadata["labels"]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": _meta(service, child_name(service, "metrics")),
+        "metadata": metadata,
         "spec": {
             "selector": {
                 "matchLabels": {L.SERVICE: service.metadata["name"], METRICS_LABEL: "true"}
@@ -325,8 +341,10 @@ def _peer(namespace: str, pod_labels: dict[str, str]) -> dict[str, Any]:
 def network_policy(
     service: InferenceService, settings: OperatorSettings, kv_transfer: bool
 ) -> Manifest:
-    """Ingress to the service's engine pods (spares and draining pods too): the gateway pods
-    and Prometheus, both on the engine port only (vLLM serves its API and /metrics there); with
+    """Ingress to the service's engine pods (spares and draining pods too): the gateway pods,
+    Prometheus and (with `probe_in_flight`) the operator pods, which ask draining engines how
+    many requests they hold, all on the engine port only (vLLM serves its API and /metrics
+    there); with
     `kv_transfer`, also the service's own prefill and decode pods from each other, on every
     port. Egress stays open (engines fetch their models).
 
@@ -347,6 +365,11 @@ def network_policy(
         {"from": [_peer(settings.prometheus_namespace, settings.prometheus_pod_labels)],
          "ports": engine_port},
     ]  # fmt: skip
+    if settings.probe_in_flight:
+        rules.append(
+            {"from": [_peer(settings.operator_namespace, settings.operator_pod_labels)],
+             "ports": engine_port}
+        )  # fmt: skip
     if kv_transfer:
         siblings = {
             "matchLabels": {L.SERVICE: name},

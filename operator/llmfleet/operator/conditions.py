@@ -1,4 +1,5 @@
-"""Status conditions (pure): Ready, Progressing, Degraded and ScalingLimited, with reasons and
+"""Status conditions (pure): Ready, Progressing, Degraded, ScalingLimited and MetricsMissing, with
+reasons and
 messages a person can act on. A condition keeps its lastTransitionTime while its status holds.
 
 Ready means serving: every pool serves its (non-zero) target. Degraded names a problem: children
@@ -216,6 +217,47 @@ def _kstatus(ready: Said, problem: tuple[str, str] | None) -> dict[str, Said]:
     return {"Reconciling": reconciling, "Stalled": stalled}
 
 
+METRICS_MISSING_HINT = (
+    "Check that the service's ServiceMonitor <name>-metrics carries the labels your Prometheus "
+    "selects ServiceMonitors by (LLMFLEET_OPERATOR_SERVICE_MONITOR_LABELS; the chart's "
+    "monitoring.serviceMonitors.labels), and that the NetworkPolicy <name>-engines admits your "
+    "Prometheus pods (LLMFLEET_OPERATOR_PROMETHEUS_NAMESPACE and _POD_LABELS). Until then the "
+    "autoscaler holds every pool and a canary gets no verdict."
+)
+
+
+def _metrics_missing(service: InferenceService, observed: Observed, now: datetime,
+                     after_seconds: float) -> Said | None:  # fmt: skip
+    """MetricsMissing, for an autoscaled service: True once the autoscaler has found no engine
+    series for a pool with Ready pods for `after_seconds` (`status.autoscaling.
+    metricsMissingSince`), else False. None (no condition) without autoscaling: nothing else
+    reads the engines' series continuously."""
+    if not service.spec.autoscaling.enabled:
+        return None
+    status = observed.autoscaling
+    since_text = status.metrics_missing_since if status is not None else None
+    since = _parse(since_text)
+    if since is None or (now - since).total_seconds() < after_seconds:
+        return (ConditionStatus.FALSE, "SeriesArrive", "The engines' series reach Prometheus.")
+    pools = ", ".join((status.metrics_missing_pools if status else None) or []) or "its pools"
+    minutes = (now - since).total_seconds() / 60
+    return (
+        ConditionStatus.TRUE,
+        "NoEngineSeries",
+        f"Prometheus has had no engine series for {pools} for {minutes:.0f} minutes (since "
+        f"{since_text}), though their pods are Ready. {METRICS_MISSING_HINT}",
+    )
+
+
+def _parse(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def conditions(
     service: InferenceService,
     observed: Observed,
@@ -226,6 +268,7 @@ def conditions(
     failures: Sequence[ChildFailure] = (),
     pruning: Pruning | None = None,
     endpoint: str | None = None,
+    metrics_missing_after: float = 300.0,
 ) -> list[Condition]:
     generation = service.metadata.get("generation")
     gpus = service.spec.runtime.gpu
@@ -281,6 +324,9 @@ def conditions(
     limited = _scaling_limited(service, observed, targets)
     if limited is not None:
         wanted["ScalingLimited"] = limited
+    missing = _metrics_missing(service, observed, now, metrics_missing_after)
+    if missing is not None:
+        wanted["MetricsMissing"] = missing
 
     previous = {condition.type: condition for condition in observed.conditions}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")

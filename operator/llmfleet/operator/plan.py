@@ -90,7 +90,7 @@ def desired(
     config_map["data"] |= rollout.configs
     objects: list[Manifest] = [config_map, children.metrics_service(service)]
     if observed.service_monitor_crd:
-        objects.append(children.service_monitor(service))
+        objects.append(children.service_monitor(service, settings))
     if settings.network_policy:
         objects.append(children.network_policy(service, settings, kv_transfer(service, observed)))
     pods = sum(track.assignment.replicas for track in rollout.tracks)
@@ -129,7 +129,7 @@ def desired(
     published = endpoint(settings)
     now_conditions = conditions(
         service, observed, pools, assignments, now, failures=failures, pruning=pruning,
-        endpoint=published,
+        endpoint=published, metrics_missing_after=settings.metrics_missing_seconds,
     )  # fmt: skip
     now_conditions = rollout_conditions(
         rollout, now_conditions, observed.conditions, now, service.metadata.get("generation")
@@ -208,7 +208,7 @@ def replacements_serve(pools: dict[str, PoolTarget], observed: Observed) -> bool
     return all(endpoints.get(pool, 0) >= target.active for pool, target in pools.items())
 
 
-PROBLEM_CONDITIONS = ("Degraded", "ScalingLimited")
+PROBLEM_CONDITIONS = ("Degraded", "ScalingLimited", "MetricsMissing")
 """Conditions that are bad when True (Ready is bad when False)."""
 
 
@@ -218,7 +218,8 @@ def _bad(condition: Condition) -> bool:
 
 def condition_events(observed: Observed, now_conditions: list[Condition]) -> list[Event]:
     """An event whenever Ready or Degraded changes status or reason, and whenever
-    ScalingLimited turns True or back (not on every pass); a Warning when the new state is bad.
+    ScalingLimited or MetricsMissing turns True or back (not on every pass); a Warning when the
+    new state is bad.
     One event when several change to the same reason and message (a problem that makes the
     service not Ready and Degraded is said once)."""
     before = {condition.type: condition for condition in observed.conditions}
@@ -228,7 +229,8 @@ def condition_events(observed: Observed, now_conditions: list[Condition]) -> lis
         if old is not None and (old.status, old.reason) == (condition.status, condition.reason):
             continue
         if condition.type in ("Ready", "Degraded") or (
-            condition.type == "ScalingLimited" and (_bad(condition) or old is not None)
+            condition.type in ("ScalingLimited", "MetricsMissing")
+            and (_bad(condition) or old is not None)
         ):
             changed.append(condition)
     events: list[Event] = []

@@ -25,6 +25,12 @@ class OperatorSettings(LoopbackSettings):
     runtime_image: str = f"{RUNTIME_REPOSITORY}:{version('llmfleet')}"
     """Engine image when a service's `runtime.image` is unset (DESIGN.md §6): the runtime image
     of this llmfleet's version."""
+    engine_image_pull_secrets: list[str] = []
+    """Secrets (in each service's namespace) to pull engine images with, for services whose
+    `runtime.imagePullSecrets` is unset (JSON list in the environment)."""
+    engine_user_id: int = Field(default=10001, ge=1, le=2**31 - 1)
+    """uid and gid the engine pods run as (`runAsUser`, `runAsGroup`, `fsGroup`); the runtime
+    image's user. Never 0: the pods pass Pod Security `restricted`."""
     drain_seconds: int = Field(default=120, ge=0)
     """How long a demoted pod keeps its in-flight requests before it may be deleted; also the
     pods' termination grace period (plus a margin)."""
@@ -73,6 +79,22 @@ class OperatorSettings(LoopbackSettings):
         default={"app.kubernetes.io/name": "prometheus"}, min_length=1
     )
     """Labels of the Prometheus pods (all must match; JSON in the environment)."""
+    operator_namespace: str = "llmfleet"
+    """Namespace of the operator pods the NetworkPolicy admits to the engine port, for the
+    in-flight probe of draining engines (`probe_in_flight`); empty: any namespace."""
+    operator_pod_labels: dict[str, str] = Field(
+        default={"app.kubernetes.io/name": "llmfleet", "app.kubernetes.io/component": "operator"},
+        min_length=1,
+    )
+    """Labels of the operator pods (all must match; JSON in the environment)."""
+    service_monitor_labels: dict[str, str] = {}
+    """Extra labels on every ServiceMonitor the operator renders: what your Prometheus'
+    `serviceMonitorSelector` matches (kube-prometheus-stack selects `release: <its release>`);
+    without them its engines are never scraped (JSON in the environment)."""
+    metrics_missing_seconds: float = Field(default=300.0, ge=0)
+    """How long the autoscaler may find no engine series for a pool with Ready pods
+    (`status.autoscaling.metricsMissingSince`) before an autoscaled service says
+    MetricsMissing=True."""
     prometheus_url: str = ""
     """Prometheus the canary analysis asks (the engines' and the gateway's metrics, labelled
     by revision); empty: a canary never gets a verdict and holds at its step, saying so."""

@@ -43,6 +43,12 @@ GPU_MEMORY_UTILIZATION = 0.9
 # currently identical, OptimizationLevel in vllm/config/vllm.py). Capture costs 10-17 s at start
 # (vllm-facts.md), which warm spares hide.
 OPTIMIZATION_LEVEL = "2"
+MODEL_SOURCE_DIR = "/var/lib/llmfleet/models"
+"""Where the operator mounts the claim of a `pvc://<claim>/<path>` source (read-only), as
+`MODEL_SOURCE_DIR/<claim>` (operator `engine_pod.MODEL_SOURCE_DIR`; a contract test holds the
+two together)."""
+STREAMED_SOURCES = ("s3://", "gs://")
+"""Sources vLLM loads itself, streamed by its Run:ai model streamer."""
 
 
 @dataclass(frozen=True)
@@ -248,10 +254,32 @@ def _batching(config: RuntimeConfig, gpu: Gpu, tp: int) -> list[Option]:
     return options
 
 
+def model_to_load(config: RuntimeConfig) -> tuple[str, list[Option]]:
+    """What `vllm serve` loads, from `model.source`: the hub repository of `hf://org/model`, the
+    mounted directory of `pvc://claim/path`, an `s3://`/`gs://` URL as is (with the streamer's
+    load format), or `model.name` without a source."""
+    model = config.model
+    source = model.source or ""
+    if source.startswith("hf://"):
+        return source.removeprefix("hf://"), []
+    if source.startswith("pvc://"):
+        claim, _, path = source.removeprefix("pvc://").partition("/")
+        return "/".join(part for part in (MODEL_SOURCE_DIR, claim, path.strip("/")) if part), []
+    if source.startswith(STREAMED_SOURCES):
+        return source, [_spec("--load-format", "runai_streamer", "model.source")]
+    if source:
+        raise LauncherError(
+            ExitCode.BAD_SPEC,
+            f"model.source {source!r}: use hf://, pvc://, s3:// or gs://",
+        )
+    return model.name, []
+
+
 def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> EnginePlan:
     """The whole engine command line for this pod. Raises LauncherError on invalid input."""
     model = config.model
     tp, parallel = _parallelism(config, gpu)
+    to_load, load_options = model_to_load(config)
     launcher = [
         # The engine serves the pod's port itself: the pool Service targets it directly.
         Option("--host", (config.serving.host,), Origin.LAUNCHER),
@@ -275,6 +303,7 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         + _batching(config, gpu, tp)
         + _speculative(config)
         + kv_options
+        + load_options
     )
     decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
     extra = split_args(list(config.runtime.extra_args))
@@ -282,7 +311,7 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
     merged = merge(ours, extra, decisions)
     for var in config.runtime.env:
         env[var.name] = var.value
-    argv = ["vllm", "serve", model.name]
+    argv = ["vllm", "serve", to_load]
     for option in merged:
         argv += option.words()
     return EnginePlan(argv, env, decisions + [f"WARNING {w}" for w in warnings], tp)

@@ -23,6 +23,7 @@ from llmfleet.runtime.config import load_config
 from llmfleet.runtime.errors import ExitCode, LauncherError
 from llmfleet.runtime.lifecycle import run_serving
 from llmfleet.runtime.profiler import ProfileSettings, run_profile
+from llmfleet.runtime.redact import redact, secret_values
 
 app = typer.Typer(
     name="llmfleet-runtime",
@@ -63,7 +64,8 @@ def serve(
     if print_args:
         print(json.dumps(plan.argv))
         return
-    for line in plan.decisions:
+    secrets = secret_values(os.environ, plan.env)
+    for line in (redact(decision, secrets) for decision in plan.decisions):
         kind, _, text = (
             line.partition(" ") if line.startswith("WARNING ") else ("default", "", line)
         )

@@ -49,8 +49,9 @@ class ModelConfig(_Model):
     revision: str | None = None
     """Hub revision to load."""
     source: str | None = None
-    """Where the weights come from (`hf://…`, `pvc://…`); the operator fetches or mounts them,
-    the launcher loads `name`."""
+    """Where the weights come from: `hf://org/model` (that repository, downloaded into the
+    pod's `HF_HOME`), `pvc://claim/path` (the directory the operator mounts read-only),
+    `s3://…` or `gs://…` (streamed by vLLM); `name` from the hub when unset."""
 
 
 class GpuConfig(_Model):

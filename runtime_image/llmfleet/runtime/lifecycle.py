@@ -46,6 +46,7 @@ from llmfleet.runtime import metrics
 from llmfleet.runtime.args import EnginePlan
 from llmfleet.runtime.config import RuntimeConfig
 from llmfleet.runtime.errors import ExitCode, LauncherError
+from llmfleet.runtime.redact import redact_argv, secret_values
 from llmfleet.runtime.side_port import Gate, Phase, create_side_app
 from llmfleet.runtime.warmup import run_warmup
 
@@ -152,7 +153,9 @@ class Supervisor:
         return code
 
     async def _with_engine(self, client: httpx.AsyncClient, started: float) -> ExitCode:
-        log.info("starting engine: %s", " ".join(self.plan.argv))
+        # The whole command line, secrets taken out (redact.py).
+        secrets = secret_values(os.environ, self.plan.env)
+        log.info("starting engine: %s", " ".join(redact_argv(self.plan.argv, secrets)))
         try:
             engine = await asyncio.create_subprocess_exec(
                 *self.plan.argv,

@@ -89,7 +89,9 @@ def check_go() -> str:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (made with its folder if missing): builders of
+    one cached thing wait for each other instead of building it twice (images use it too)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -101,7 +103,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 def _offline() -> bool:
     """Only loopback here (a namespace of `llmfleet isolated`): nothing can be downloaded."""
-    return netns.interfaces() == ["lo"]
+    return netns.isolation_problem(environ={}) is None
 
 
 def _go_env(extra: dict[str, str]) -> dict[str, str]:
@@ -122,7 +124,7 @@ def _go_env(extra: dict[str, str]) -> dict[str, str]:
 def build_tool(tool: Tool, root: Path | None = None, progress: Progress | None = None) -> float:
     """Build (or fetch) one tool unless its stamp is there; returns seconds spent (0 if cached)."""
     directory = tool_dir(tool, root)
-    with _locked(directory.parent / f"{tool.key}.lock"):
+    with locked(directory.parent / f"{tool.key}.lock"):
         if is_built(tool, root):
             return 0.0
         partial = directory / "bin.partial"
@@ -137,6 +139,7 @@ def build_tool(tool: Tool, root: Path | None = None, progress: Progress | None =
                 lines: list[str] = []
             else:
                 go = check_go()
+                _ensure_apt_build_deps(tool, progress)
                 argv, cwd, extra_env = tool.command(partial)
                 argv[0] = go
                 lines = _run_streaming(argv, cwd, _go_env(extra_env), tool, progress)
@@ -219,7 +222,40 @@ def _fetch_deb(tool: DebTool, out_dir: Path, progress: Progress | None) -> None:
             shutil.copyfile(source, target)
             target.chmod(0o755)
     for name in tool.binaries:
-        _check_runs(tool, out_dir / name)
+        _check_runs(tool, out_dir / name, tool.check_args)
+
+
+def _ensure_apt_build_deps(tool: GoTool, progress: Progress | None) -> None:
+    """Install the Debian packages a cgo build needs (headers), unless they are installed."""
+    missing = [package for package in tool.apt_build_deps if not _deb_installed(package)]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise ClusterError(
+            f"building {tool.key} needs the Debian packages {', '.join(missing)}: "
+            f"`sudo apt-get install {' '.join(missing)}` and retry"
+        )
+    if progress is not None:
+        progress(tool, f"apt-get install {' '.join(missing)} (needed by the build)")
+    work = Path(tempfile.gettempdir())
+    result = _apt(["install", "-y", *missing], work)
+    if result.returncode != 0:
+        _apt(["update"], work)
+        result = _apt(["install", "-y", *missing], work)
+    if result.returncode != 0:
+        said = (result.stderr or result.stdout).strip().splitlines()
+        raise ClusterError(
+            f"apt-get install {' '.join(missing)} failed (exit {result.returncode}): "
+            + (" | ".join(said[-3:]) or "no output")
+        )
+
+
+def _deb_installed(package: str) -> bool:
+    result = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return result.returncode == 0 and "install ok installed" in result.stdout
 
 
 def _apt_failure(tool: DebTool, what: str, result: subprocess.CompletedProcess[str]) -> str:
@@ -229,18 +265,19 @@ def _apt_failure(tool: DebTool, what: str, result: subprocess.CompletedProcess[s
     )
 
 
-def _check_runs(tool: Tool, path: Path) -> None:
+def _check_runs(tool: Tool, path: Path, args: tuple[str, ...] = ("--version",)) -> None:
     """`<binary> --version` must succeed here (a missing shared library shows up now, not when a
     test starts it)."""
     try:
         result = subprocess.run(
-            [str(path), "--version"], capture_output=True, text=True, check=False, timeout=30
+            [str(path), *args], capture_output=True, text=True, check=False, timeout=30
         )
     except OSError as error:
         raise ClusterError(f"{tool.key}: {path.name} does not run here: {error}") from error
     if result.returncode != 0:
         output = (result.stderr or result.stdout).strip()
-        raise ClusterError(f"{tool.key}: `{path.name} --version` failed: {output[-300:]}")
+        shown = " ".join([path.name, *args])
+        raise ClusterError(f"{tool.key}: `{shown}` failed: {output[-300:]}")
 
 
 def _run_streaming(

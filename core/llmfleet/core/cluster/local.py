@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 import yaml
 
-from llmfleet.core import loopback
-from llmfleet.core.cluster import build, nodes, stages
+from llmfleet.core import loopback, netns
+from llmfleet.core.cluster import build, nodes, realnode, realnode_config, stages
 from llmfleet.core.cluster.errors import ClusterError
 from llmfleet.core.cluster.nodes import NodePool
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
@@ -33,6 +33,14 @@ from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 DEFAULT_NAME = "llmfleet"
 CLUSTER_TOOLS = ("kubernetes", "etcd", "kwok")
 """Tools `up` needs; helm and the engine simulator are built on demand by their users."""
+SERVICE_RANGE = "10.96.0.0/16"
+"""ClusterIPs: apart from kwok's pod IPs (10.0.0.0/24, the API server's default range too),
+whose engines a real node's pods reach by address, and with room for thousands of Services."""
+SERVICE_IP = "10.96.0.1"
+"""The `kubernetes` Service's ClusterIP: the first of `SERVICE_RANGE`."""
+FAKE_NODE_TAINT = {"key": "llmfleet.dev/fake-node", "value": "true", "effect": "PreferNoSchedule"}
+"""With a real node, kwok's nodes carry this: a pod goes to a fake node only when it does not
+fit the real one (the scheduler's taint score outweighs its resource scores)."""
 
 Step = Callable[[str], None]
 
@@ -52,6 +60,8 @@ class ClusterSpec:
     runner_owns_engines: bool = False
     """Engine pods stay not Ready until a pod runner says so (stages.py); else kwok makes every
     pod Ready at once."""
+    real_node: bool = False
+    """A real node (kubelet, containerd, runc; realnode.py) runs next to the fake ones."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self)) + "\n"
@@ -70,6 +80,7 @@ class ClusterSpec:
             pools=pools,
             port=data["port"],
             runner_owns_engines=data.get("runner_owns_engines", False),
+            real_node=data.get("real_node", False),
         )
 
 
@@ -111,16 +122,41 @@ def free_port() -> int:
         return port
 
 
-def kwokctl_documents(spec: ClusterSpec, binaries: dict[str, Path]) -> list[dict[str, Any]]:
+def kwokctl_documents(
+    spec: ClusterSpec, binaries: dict[str, Path], pki: Path | None = None
+) -> list[dict[str, Any]]:
     """kwokctl's configuration file: the KwokctlConfiguration and our kwok Stages (pure)."""
     return [
-        kwokctl_config(spec, binaries),
+        kwokctl_config(spec, binaries, pki),
         *stages.stages(runner_owns_engines=spec.runner_owns_engines),
     ]
 
 
-def kwokctl_config(spec: ClusterSpec, binaries: dict[str, Path]) -> dict[str, Any]:
-    """The KwokctlConfiguration: local binaries only, every component on 127.0.0.1 (pure)."""
+def kwokctl_config(
+    spec: ClusterSpec, binaries: dict[str, Path], pki: Path | None = None
+) -> dict[str, Any]:
+    """The KwokctlConfiguration: local binaries only, every component on 127.0.0.1 (pure).
+
+    With a real node the API server also listens on the namespace's own address (pods reach it
+    there through the `kubernetes` Service), its certificate names that address and the Service's,
+    and it authenticates to the kubelet with the cluster's client certificate (`pki`: kwokctl's
+    directory of it). kwok manages only the nodes annotated as fake, never the real one."""
+    apiserver_args = [
+        # Pods that request nvidia.com/gpu get the toleration for the GPU taint.
+        {"key": "enable-admission-plugins", "value": "ExtendedResourceToleration"},
+        # Never a node's hostname: its lookup would go to the host's resolver.
+        {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+        {"key": "service-cluster-ip-range", "value": SERVICE_RANGE},
+    ]
+    options: dict[str, Any] = {}
+    if spec.real_node:
+        assert pki is not None, "a real node needs the cluster's pki directory"
+        apiserver_args += [
+            {"key": "bind-address", "value": "0.0.0.0"},  # inside the run's namespace only
+            {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+            {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+        ]
+        options["kubeApiserverCertSANs"] = [SERVICE_IP, netns.ADVERTISE_ADDRESS]
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -140,15 +176,19 @@ def kwokctl_config(spec: ClusterSpec, binaries: dict[str, Path]) -> dict[str, An
             # Admission on, so the cluster behaves like a real one (webhooks, ServiceAccount, …).
             "kubeAdmission": True,
             "kubeAuthorization": True,
+            **options,
         },
         "componentsPatches": [
+            {"name": "kube-apiserver", "extraArgs": apiserver_args},
             {
-                "name": "kube-apiserver",
+                # kwokctl's binary runtime starts kwok with --manage-all-nodes=true, which takes
+                # over a real node too (its status, its lease, its pods' IPs); the last flag wins.
+                "name": "kwok-controller",
                 "extraArgs": [
-                    # Pods that request nvidia.com/gpu get the toleration for the GPU taint.
+                    {"key": "manage-all-nodes", "value": "false"},
                     {
-                        "key": "enable-admission-plugins",
-                        "value": "ExtendedResourceToleration",
+                        "key": "manage-nodes-with-annotation-selector",
+                        "value": f"{nodes.KWOK_ANNOTATION}=fake",
                     },
                 ],
             },
@@ -253,6 +293,9 @@ class LocalCluster:
         pools: Sequence[NodePool] | None = None,
         port: int | None = None,
         runner_owns_engines: bool = False,
+        real_node: bool = False,
+        real_node_images: Sequence[Path] = (),
+        real_node_gpus: NodePool | None = None,
         step: Step = lambda _: None,
         build_progress: build.Progress | None = None,
     ) -> ClusterSpec:
@@ -261,6 +304,12 @@ class LocalCluster:
         The nodes: `node_count` nodes of `gpu_type` when either is given (one pool), else
         `pools`, else `nodes.DEFAULT_POOLS` (`nodes.choose_pools`). Arguments are validated
         before anything starts, so bad input changes nothing.
+
+        `real_node` adds a real node (realnode.py) with `real_node_images` imported into its
+        containerd, carrying the fake GPUs of `real_node_gpus` (one node of it; default: the
+        first pool's type); the fake nodes then carry `FAKE_NODE_TAINT`. Where this host cannot
+        run a real node, `step` says why in one line and the cluster comes up without it
+        (`ClusterSpec.real_node` says which happened).
         """
         chosen = nodes.choose_pools(pools, node_count, gpu_type, gpus_per_node)
         node_manifests = nodes.pool_nodes(chosen)
@@ -279,18 +328,25 @@ class LocalCluster:
                 "(or omit it to choose a free one)"
             )
 
-        tools = [TOOLS_BY_NAME[name] for name in CLUSTER_TOOLS]
+        if real_node and (reason := realnode.unavailable_reason()) is not None:
+            step(f"no real node here: {reason}; its pods run on fake nodes only")
+            real_node = False
+        names = (*CLUSTER_TOOLS, *(realnode.NODE_TOOLS if real_node else ()))
+        tools = [TOOLS_BY_NAME[name] for name in names]
         missing = build.missing_tools(tools)
         if missing:
             build.check_go()
             step(f"building {', '.join(tool.key for tool in missing)} from Go modules (cold cache)")
             build.ensure_tools(tools, progress=build_progress)
 
-        spec = ClusterSpec(self.name, chosen, port or free_port(), runner_owns_engines)
+        spec = ClusterSpec(
+            self.name, chosen, port or free_port(), runner_owns_engines, real_node=real_node
+        )
         self._clean_stale_state()
         self.dir.mkdir(parents=True, exist_ok=True)
         config_path = self.dir / "kwokctl.yaml"
-        config_path.write_text(yaml.safe_dump_all(kwokctl_documents(spec, self.binaries())))
+        documents = kwokctl_documents(spec, self.binaries(), self._pki)
+        config_path.write_text(yaml.safe_dump_all(documents))
         self._spec_file.write_text(spec.to_json())
 
         step(f"starting the control plane on 127.0.0.1:{spec.port}")
@@ -304,10 +360,34 @@ class LocalCluster:
             step(f"creating fake GPU nodes: {', '.join(pool.describe() for pool in chosen)}")
             self.apply_nodes(node_manifests)
             self.wait_nodes_ready([manifest["metadata"]["name"] for manifest in node_manifests])
+            if real_node:
+                self._start_real_node(real_node_gpus or chosen[0], list(real_node_images), step)
+                self.kubectl("taint", "nodes", "--overwrite", "-l", "type=kwok",
+                             "{key}={value}:{effect}".format(**FAKE_NODE_TAINT))  # fmt: skip
         except (ClusterError, subprocess.TimeoutExpired) as error:
             self.down()
             raise ClusterError(f"starting cluster {self.name!r} failed: {error}") from error
         return spec
+
+    @property
+    def _pki(self) -> Path:
+        """kwokctl's certificates for this cluster (ca.crt, admin.crt, admin.key)."""
+        return self._cluster_dir / "pki"
+
+    def real_node(self) -> realnode.RealNode:
+        return realnode.RealNode(self.dir, self.name, self.kubeconfig, self._pki, SERVICE_RANGE)
+
+    def _start_real_node(self, pool: NodePool, images: list[Path], step: Step) -> None:
+        node = self.real_node()
+        labels = nodes.gpu_node(node.name, nodes.gpu_type(pool.gpu_type), pool.gpus_per_node)
+        gpu_labels = {
+            key: value
+            for key, value in labels["metadata"].get("labels", {}).items()
+            if key.startswith("nvidia.com/")
+        }
+        step(f"starting the real node {node.name} (kubelet, containerd, runc; "
+             f"{pool.gpus_per_node} fake {pool.gpu_type} GPUs)")  # fmt: skip
+        node.start(realnode_config.node_labels(gpu_labels), pool.gpus_per_node, images, step)
 
     def apply_nodes(self, manifests: list[dict[str, Any]]) -> None:
         """Create or update fake nodes; status (capacity) goes through the status subresource."""
@@ -330,13 +410,15 @@ class LocalCluster:
         pid file went missing) is terminated here, so no process and no port is left behind.
         """
         pids = self.pids()
+        # The real node first: its kubelet must not watch its pods vanish with the API server.
+        killed_node = self.real_node().stop() if self.dir.is_dir() else []
         if self._cluster_dir.is_dir() and build.is_built(TOOLS_BY_NAME["kwok"]):
             # On failure fall through: whatever is left is killed below.
             with contextlib.suppress(ClusterError, subprocess.TimeoutExpired):
                 self._kwokctl("delete", "cluster", "--name", self.name, timeout=120)
         killed = _terminate({name: pid for name, pid in pids.items() if _alive(pid)})
         self._clean_stale_state()
-        return killed
+        return sorted([*killed, *killed_node])
 
     def _clean_stale_state(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

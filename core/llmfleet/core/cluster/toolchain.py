@@ -22,6 +22,13 @@ INFERENCE_SIM_VERSION = "v0.10.2"
 PROMETHEUS_VERSION = "2.42.0"
 PROMETHEUS_DEB_VERSION = "2.42.0+ds-5+deb12u1"
 """Debian bookworm's package (security update 1): the exact version `apt-get download` fetches."""
+BUSYBOX_VERSION = "1.35.0"
+BUSYBOX_DEB_VERSION = "1:1.35.0-4+deb12u1+b1"
+CONTAINERD_VERSION = "v2.4.2"
+"""Kubernetes 1.35 was the last release to support containerd 1.x (Debian's is 1.6)."""
+RUNC_VERSION = "v1.5.2"
+"""The runc that containerd v2.4.2 pins."""
+CNI_PLUGINS_VERSION = "v1.9.1"
 
 GOMOD_DIR = Path(__file__).parent / "gomod"
 """Committed wrapper modules (go.mod, go.sum, tools.go) for tools that `go install` cannot build."""
@@ -69,6 +76,10 @@ class GoTool:
     building so a long wait is expected."""
     binary_names: tuple[str, ...] = field(default=())
     """Binary names when they differ from the packages' last path elements."""
+    tags: tuple[str, ...] = ()
+    """Go build tags."""
+    apt_build_deps: tuple[str, ...] = ()
+    """Debian packages the build needs (cgo headers), installed with apt-get when missing."""
 
     @property
     def key(self) -> str:
@@ -84,6 +95,8 @@ class GoTool:
         """The Go command line, its working directory and extra environment for one build."""
         ldflags = " ".join(("-s", "-w", *self.ldflags))
         base = ["-trimpath", f"-ldflags={ldflags}"]
+        if self.tags:
+            base.append(f"-tags={','.join(self.tags)}")
         env = dict(self.env)
         if self.module is not None:
             return (
@@ -124,6 +137,8 @@ class DebTool:
     paths: tuple[str, ...]
     """Binaries inside the package, relative to its root (`usr/bin/prometheus`)."""
     estimated_seconds: int = 5
+    check_args: tuple[str, ...] = ("--version",)
+    """Arguments each binary must exit 0 with once fetched (it runs here)."""
 
     @property
     def key(self) -> str:
@@ -195,6 +210,51 @@ TOOLS: tuple[Tool, ...] = (
         env=(("CGO_ENABLED", "0"),),
         estimated_seconds=110,
     ),
+    # The real node (realnode.py): kubelet and kube-proxy from the control plane's wrapper
+    # module, containerd, runc and the CNI plugins it uses.
+    GoTool(
+        name="kubelet",
+        version=KUBERNETES_VERSION,
+        module="kubernetes",
+        packages=tuple(f"k8s.io/kubernetes/cmd/{command}" for command in ("kubelet", "kube-proxy")),
+        ldflags=_kubernetes_version_ldflags(KUBERNETES_VERSION),
+        estimated_seconds=120,
+    ),
+    GoTool(
+        name="containerd",
+        version=CONTAINERD_VERSION,
+        packages=tuple(
+            f"github.com/containerd/containerd/v2/cmd/{command}"
+            for command in ("containerd", "ctr", "containerd-shim-runc-v2")
+        ),
+        ldflags=(f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",),
+        # No snapshotters that need C libraries; overlayfs and native are built in.
+        tags=("no_btrfs", "no_devmapper", "no_zfs"),
+        env=(("CGO_ENABLED", "0"),),
+        estimated_seconds=180,
+    ),
+    GoTool(
+        name="runc",
+        version=RUNC_VERSION,
+        packages=("github.com/opencontainers/runc",),
+        ldflags=(f"-X main.version={RUNC_VERSION.lstrip('v')}",),
+        # seccomp (Pod Security `restricted` asks for RuntimeDefault) needs cgo and libseccomp;
+        # runc's default `libpathrs` tag needs Rust, so it is left out.
+        tags=("seccomp", "urfave_cli_no_docs"),
+        env=(("CGO_ENABLED", "1"),),
+        apt_build_deps=("libseccomp-dev",),
+        estimated_seconds=30,
+    ),
+    GoTool(
+        name="cni-plugins",
+        version=CNI_PLUGINS_VERSION,
+        packages=tuple(
+            f"github.com/containernetworking/plugins/plugins/{plugin}"
+            for plugin in ("main/bridge", "main/loopback", "ipam/host-local", "meta/portmap")
+        ),
+        env=(("CGO_ENABLED", "0"),),
+        estimated_seconds=40,
+    ),
     DebTool(
         name="prometheus",
         version=PROMETHEUS_VERSION,
@@ -202,6 +262,16 @@ TOOLS: tuple[Tool, ...] = (
         package_version=PROMETHEUS_DEB_VERSION,
         # Go binaries linked against glibc only (>= 2.34): they run wherever bookworm's do.
         paths=("usr/bin/prometheus", "usr/bin/promtool"),
+    ),
+    DebTool(
+        name="busybox",
+        version=BUSYBOX_VERSION,
+        package="busybox-static",
+        package_version=BUSYBOX_DEB_VERSION,
+        # Statically linked: the real node's test image (tests/cluster/test_real_node.py) is
+        # this one file, which serves HTTP, runs a shell and reads its environment.
+        paths=("bin/busybox",),
+        check_args=("--help",),
     ),
 )
 

@@ -17,15 +17,13 @@ are cached layers); new requirements the venv too; the base only when its packag
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import shutil
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -103,17 +101,6 @@ def interpreter(recipe: Recipe) -> python.Interpreter:
     return python.BOOKWORM_PYTHON if isinstance(recipe.base, DebianBase) else python.VLLM_PYTHON
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _offline_hint(what: str) -> ImageError:
     return ImageError(
         f"{what} is not in the cache and this process has no network (a loopback-only "
@@ -124,7 +111,7 @@ def _offline_hint(what: str) -> ImageError:
 
 def ensure_base(base: DebianBase, progress: Progress | None = None) -> oci.Layer:
     directory = images_dir() / "base" / rootfs.base_key(base)
-    with _locked(directory.parent / f"{directory.name}.lock"):
+    with cluster_build.locked(directory.parent / f"{directory.name}.lock"):
         if not (directory / ".done").is_file():
             if netns.interfaces() == ["lo"]:
                 raise _offline_hint(f"the Debian {base.suite} base layer")
@@ -139,7 +126,7 @@ def ensure_wheels(
     wanted: tuple[str, ...], interp: python.Interpreter, progress: Progress | None = None
 ) -> Path:
     directory = images_dir() / "wheels" / python.wheelhouse_key(wanted, interp)
-    with _locked(directory.parent / f"{directory.name}.lock"):
+    with cluster_build.locked(directory.parent / f"{directory.name}.lock"):
         if not (directory / ".done").is_file():
             if netns.interfaces() == ["lo"]:
                 raise _offline_hint(f"the wheels for Python {interp.version}")
@@ -161,7 +148,7 @@ def ensure_venv(
         "python": repr(interp), "epoch": oci.source_date_epoch(),
     }).encode()).hexdigest()[:16]  # fmt: skip
     directory = images_dir() / "venv" / key
-    with _locked(directory.parent / f"{key}.lock"):
+    with cluster_build.locked(directory.parent / f"{key}.lock"):
         if not (directory / ".done").is_file():
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)
@@ -228,7 +215,7 @@ def build_image(name: str, progress: Progress | None = None, force: bool = False
     root = source_root()
     version = package_version(root)
     interp = interpreter(recipe)
-    with _locked(images_dir() / f"{name}.lock"):
+    with cluster_build.locked(images_dir() / f"{name}.lock"):
         started = time.monotonic()
         base = ensure_base(recipe.base, progress) if isinstance(recipe.base, DebianBase) else None
         wanted = requirements(recipe, root)

@@ -110,6 +110,7 @@ def _first_steps(paths: layout.Paths, record: layout.Record) -> None:
 def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManager[Any]]) -> None:
     @app.command("up")
     def up(
+        *,
         file: Annotated[
             Path | None,
             typer.Option("-f", "--file", help="InferenceServices to apply (default: the samples)."),
@@ -122,6 +123,15 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
             typer.Option(
                 help="Install llmfleet's operator, autoscaler and gateway with the Helm chart "
                 "(charts/llmfleet): they run as pods, with the chart's RBAC."
+            ),
+        ] = False,
+        real_node: Annotated[
+            bool,
+            typer.Option(
+                help="Install llmfleet as a user would: the chart's pods and the engine pods "
+                "run on a real node (kubelet, containerd, runc) from images built by "
+                "`llmfleet images build`; where the machine cannot run a real node, up says "
+                "why and the pod runner runs them."
             ),
         ] = False,
     ) -> None:
@@ -144,7 +154,10 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
             ports = layout.Ports(gateway=gateway_port, prometheus=prometheus_port, api=0)
             started = time.monotonic()
             with build_reporter() as reporter:
-                record = control.up(paths, ports, file, _step, chart=chart, build_progress=reporter)
+                record = control.up(
+                    paths, ports, file, _step, chart=chart, real_node=real_node,
+                    build_progress=reporter,
+                )  # fmt: skip
             _step(f"up in {time.monotonic() - started:.0f}s")
         _first_steps(paths, record)
         if not detach:

@@ -18,10 +18,12 @@ import hashlib
 import ipaddress
 import subprocess
 
+from llmfleet.core import netns
+
 POD_NETWORK = "10.0.0.0/24"
 """kwok's default pod CIDR (its `KwokConfiguration.options.cidr`)."""
 
-HOST_PREFIX = "lfh"
+HOST_PREFIX = netns.POD_LINK_PREFIX
 """Names of the host ends of pod links start with this (`lfh<hash>`, at most 15 characters)."""
 
 

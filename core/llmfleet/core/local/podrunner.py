@@ -44,7 +44,7 @@ from typing import Any
 from kubernetes import client
 
 from llmfleet.core.kube import api_client
-from llmfleet.core.local import engines, podnet, processes
+from llmfleet.core.local import engines, kubelet_targets, podnet, processes
 from llmfleet.core.local.components import ComponentRunner
 from llmfleet.core.local.processes import RESTART_BACKOFF_MAX
 
@@ -138,6 +138,19 @@ def pod_view(pod: Any) -> PodView | None:
     )
 
 
+def _target_labels(pod: Any) -> dict[str, str]:
+    """An engine pod's target labels, as the runner gives its own engines'."""
+    labels = pod.metadata.labels or {}
+    return {
+        "namespace": pod.metadata.namespace,
+        "pod": pod.metadata.name,
+        "llmfleet_dev_service": labels.get(SERVICE_LABEL, ""),
+        "llmfleet_dev_pool": labels.get(POOL_LABEL, ""),
+        "revision": labels.get(REVISION_LABEL)
+        or (pod.metadata.annotations or {}).get(CONFIG_HASH, ""),
+    }
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -158,6 +171,7 @@ class PodRunner:
         probe: Callable[[str], bool] | None = None,
         stop_grace: float = 5.0,
         components: ComponentRunner | None = None,
+        component_targets: Path | None = None,
     ) -> None:
         self.core = core
         self.components = components
@@ -169,7 +183,10 @@ class PodRunner:
         self.engines: dict[str, Engine] = {}
         self._probe = probe or probe_health
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="probe")
-        self._targets_written: str | None = None
+        self._targets_written: dict[Path, str] = {}
+        self.component_targets = component_targets
+        """With a real node: the chart's component pods' targets are written here."""
+        self._kubelet_engines: list[dict[str, Any]] = []
         log_dir.mkdir(parents=True, exist_ok=True)
 
     # -- one pass ------------------------------------------------------------------------------
@@ -177,6 +194,8 @@ class PodRunner:
     def reconcile(self) -> None:
         listing = self.core.list_pod_for_all_namespaces(label_selector=POOL_LABEL)
         wanted = {view.uid: view for pod in listing.items if (view := pod_view(pod)) is not None}
+        # Engine pods on the real node run under the kubelet: only their targets are ours.
+        self._kubelet_engines = kubelet_targets.engine_groups(listing.items, _target_labels)
         for uid in [uid for uid in self.engines if uid not in wanted]:
             self._stop(self.engines.pop(uid), "its pod is gone")
         now = time.monotonic()
@@ -215,6 +234,7 @@ class PodRunner:
             if engine.pod.ready != engine.healthy:
                 self._set_ready(engine)
         self._write_targets()
+        self._write_component_targets()
         if self.components is not None:
             self.components.reconcile()
 
@@ -380,20 +400,29 @@ class PodRunner:
                 "llmfleet_dev_service": view.service,
                 "llmfleet_dev_pool": view.pool,
                 "revision": view.revision,
-            }
+            }  # as `_target_labels` for a pod the kubelet runs
             groups.append({"targets": [f"{view.ip}:{engines.ENGINE_PORT}"], "labels": labels})
-        return groups
+        return groups + self._kubelet_engines
 
     def _write_targets(self) -> None:
-        if self.targets_file is None:
+        if self.targets_file is not None:
+            self._write(self.targets_file, self.targets())
+
+    def _write_component_targets(self) -> None:
+        if self.component_targets is not None:
+            pods = self.core.list_pod_for_all_namespaces(
+                label_selector=kubelet_targets.COMPONENT_LABEL
+            )
+            self._write(self.component_targets, kubelet_targets.component_groups(pods.items))
+
+    def _write(self, path: Path, groups: list[dict[str, Any]]) -> None:
+        text = json.dumps(groups, indent=1)
+        if text == self._targets_written.get(path):
             return
-        text = json.dumps(self.targets(), indent=1)
-        if text == self._targets_written:
-            return
-        partial = self.targets_file.with_suffix(".tmp")
+        partial = path.with_suffix(".tmp")
         partial.write_text(text)
-        partial.replace(self.targets_file)  # atomic: Prometheus never reads half a file
-        self._targets_written = text
+        partial.replace(path)  # atomic: Prometheus never reads half a file
+        self._targets_written[path] = text
 
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -425,13 +454,20 @@ def main() -> None:
         "--components", type=Path,
         help="also run llmfleet's component pods (the Helm chart's), their logs and tokens here",
     )  # fmt: skip
+    parser.add_argument(
+        "--component-targets", type=Path,
+        help="Prometheus file-discovery JSON of the component pods the real node runs",
+    )  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     core = client.CoreV1Api(api_client())
     components = None
     if args.components:
         components = ComponentRunner(core, Path(os.environ["KUBECONFIG"]), args.components, http_ok)
-    runner = PodRunner(core, args.binary, args.logs, args.targets, components=components)
+    runner = PodRunner(
+        core, args.binary, args.logs, args.targets, components=components,
+        component_targets=args.component_targets,
+    )  # fmt: skip
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -1,0 +1,73 @@
+"""MetricsMissing (issue 27, item 3): an autoscaled service says so once the autoscaler has
+found no engine series for a pool with Ready pods for `metrics_missing_seconds`, names the
+pools and what to check, and posts a Warning when it turns True."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from llmfleet.crds import Condition
+from llmfleet.crds.inference_service import AutoscalingStatus, ConditionStatus
+from llmfleet.operator.observed import Observed
+from llmfleet.operator.plan import desired
+from llmfleet.operator.settings import OperatorSettings
+from tests.operator.test_plan import load
+
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+SETTINGS = OperatorSettings(metrics_missing_seconds=300)
+
+
+def since(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).isoformat().replace("+00:00", "Z")
+
+
+def observed(seconds_ago: float | None, conditions: tuple[Condition, ...] = ()) -> Observed:
+    status = AutoscalingStatus(
+        metrics_missing_since=None if seconds_ago is None else since(seconds_ago),
+        metrics_missing_pools=None if seconds_ago is None else ["unified"],
+    )
+    return Observed(autoscaling=status, conditions=conditions)
+
+
+def condition(sample: str, seen: Observed) -> Condition | None:
+    plan = desired(load(sample), seen, SETTINGS, NOW)
+    wire: list[dict[str, str]] = plan.status["conditions"]  # type: ignore[assignment]
+    found = [Condition.model_validate(c) for c in wire if c["type"] == "MetricsMissing"]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize(
+    ("seconds_ago", "status", "reason"),
+    [
+        (None, "False", "SeriesArrive"),
+        (60, "False", "SeriesArrive"),
+        (299, "False", "SeriesArrive"),
+        (300, "True", "NoEngineSeries"),
+        (3600, "True", "NoEngineSeries"),
+    ],
+    ids=["series arrive", "missing 1 min", "just under 5 min", "5 min", "an hour"],
+)
+def test_metrics_missing_after_the_documented_time(
+    seconds_ago: float | None, status: str, reason: str
+) -> None:
+    found = condition("spares", observed(seconds_ago))
+    assert found is not None
+    assert (found.status.value, found.reason) == (status, reason)
+    if status == "True":
+        assert "unified" in found.message
+        assert "serviceMonitors.labels" in found.message
+
+
+def test_a_service_without_autoscaling_has_no_such_condition() -> None:
+    assert condition("unified", observed(3600)) is None
+
+
+def test_turning_true_posts_a_warning() -> None:
+    before = Condition(type="MetricsMissing", status=ConditionStatus.FALSE, reason="SeriesArrive",
+                       last_transition_time=since(900))  # fmt: skip
+    plan = desired(load("spares"), observed(600, (before,)), SETTINGS, NOW)
+    [event] = [e for e in plan.events if e.reason == "NoEngineSeries"]
+    assert event.warning
+    assert event.message.startswith("MetricsMissing=True")
