@@ -4,7 +4,8 @@ Cache layout (`<cache>/images/`, the cache of cluster/build.py):
 - `base/<key>/layer.tar.gz`: the Debian base layer (rootfs.py), keyed by its inputs;
 - `wheels/<key>/`: the wheels of one requirement set for one interpreter (python.py);
 - `venv/<key>/layer.tar.gz`: the venv layer of those wheels (built once per wheelhouse);
-- `<name>/<manifest digest>.tar`: the archives, named by their digest;
+- `<name>/sha256-<hex>.tar`: the archives, named by their manifest's digest (the newest
+  `KEEP_ARCHIVES` of each image are kept);
 - `<name>/inputs/<key>.json`: which archive these inputs built (the next build with the same
   sources, wheels, base and binaries reads it and builds nothing);
 - `<name>.lock`: serialises builders of one image (a second waits, then finds the first's).
@@ -237,7 +238,21 @@ def build_image(name: str, progress: Progress | None = None, force: bool = False
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(built.to_json()) + "\n")
         (images_dir() / f"{name}.json").write_text(json.dumps(built.to_json()) + "\n")
+        _prune(images_dir() / name, keep=built.archive)
         return built
+
+
+KEEP_ARCHIVES = 3
+"""Archives kept per image (the newest): every code change makes one of ~90 MB."""
+
+
+def _prune(directory: Path, keep: Path) -> None:
+    """Remove all but the newest `KEEP_ARCHIVES` archives (never `keep`); an inputs record
+    whose archive is gone is built again when asked for."""
+    archives = sorted(directory.glob("sha256-*.tar"), key=lambda p: p.stat().st_mtime)
+    for old in archives[:-KEEP_ARCHIVES]:
+        if old != keep:
+            old.unlink(missing_ok=True)
 
 
 def _read_record(path: Path) -> BuiltImage:

@@ -53,7 +53,8 @@ class Interpreter:
 
 BOOKWORM_PYTHON = Interpreter("/usr/bin/python3", "3.11", (2, 36))
 VLLM_PYTHON = Interpreter("/usr/bin/python3", "3.12", (2, 35))
-"""vLLM's image: Ubuntu 22.04 (glibc 2.35) with CPython 3.12 as /usr/bin/python3."""
+"""vLLM's image: Ubuntu 22.04 (glibc 2.35) with CPython 3.12 as /usr/bin/python3, as vLLM's
+Dockerfile makes it (not checked against the pinned image, which cannot be pulled here)."""
 
 
 def _pip(args: Sequence[str], what: str, timeout: float = 900) -> None:
