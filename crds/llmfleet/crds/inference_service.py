@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from llmfleet.crds import engine_args
 from llmfleet.crds import labels as L
 from llmfleet.crds._base import ApiModel, Rule, defaulted
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_TYPES
@@ -73,6 +74,17 @@ def _product_rule(pool: str) -> Rule:
         "selects runtime.gpu.type's product itself) or change runtime.gpu.type",
         field_path=f".topology.{pool}.nodeSelector",
         check=lambda s: s.pool_product_matches(pool),
+    )
+
+
+def _args_rule(rule: engine_args.ArgsRule) -> Rule:
+    """An extraArgs check of the launcher as an admission rule: its Python twin is the
+    launcher's own check (`engine_args.problems`)."""
+    return Rule(
+        cel=rule.cel,
+        message=rule.message,
+        field_path=".runtime.extraArgs",
+        check=lambda s: not any(rule.refuses(p) for p in s.extra_args_problems()),
     )
 
 
@@ -147,7 +159,32 @@ class InferenceServiceSpec(ApiModel):
             ),
         ),
         *(_product_rule(pool) for pool in L.POOLS),
+        *(_args_rule(rule) for rule in engine_args.rules()),
     )
+
+    def typed_fields(self) -> engine_args.TypedFields:
+        """What the spec's typed fields set on the engine's command line (as the launcher reads
+        the runtime config the operator renders from this spec)."""
+        rt, model = self.runtime, self.model
+        return engine_args.TypedFields(
+            max_model_len=model.max_model_len,
+            revision=model.revision,
+            tensor_parallel=rt.tensor_parallel,
+            quantization=None if rt.quantization is None else rt.quantization.value,
+            kv_cache_dtype=None if rt.kv_cache_dtype is None else rt.kv_cache_dtype.value,
+            prefix_caching=rt.prefix_caching,
+            chunked_prefill=rt.chunked_prefill.enabled,
+            max_batched_tokens=rt.chunked_prefill.max_batched_tokens,
+            max_num_seqs=rt.max_num_seqs,
+            gpu_memory_utilization=rt.gpu_memory_utilization,
+            cuda_graphs=rt.cuda_graphs,
+            speculative=rt.speculative is not None,
+            kv_transfer=self.topology.mode == Mode.DISAGGREGATED,
+        )
+
+    def extra_args_problems(self) -> list[str]:
+        """What the launcher would refuse in `runtime.extraArgs` ([]: nothing)."""
+        return engine_args.problems(list(self.runtime.extra_args), self.typed_fields())
 
     def pools(self) -> dict[str, PoolSpec]:
         """Pool name -> spec, in serving order; a Unified service without one gets the default."""
