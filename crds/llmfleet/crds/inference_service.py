@@ -16,7 +16,14 @@ from pydantic import Field
 from llmfleet.crds import engine_args
 from llmfleet.crds import labels as L
 from llmfleet.crds._base import ApiModel, Rule, defaulted
-from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_TYPES
+from llmfleet.crds.engine_args import cel_string
+from llmfleet.crds.gpus import (
+    GPU_COUNT_LABEL,
+    GPU_FAMILY_LABEL,
+    GPU_PRESENT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_TYPES,
+)
 from llmfleet.crds.policy import RolloutSpec, TrafficSpec
 from llmfleet.crds.spec import (
     AutoscalingSpec,
@@ -54,6 +61,14 @@ def _pools_sum_cel(term: Callable[[str], str]) -> str:
     )
 
 
+def _replicas_cel(pool: str) -> str:
+    """CEL: a pool's replicas, unset being 1 or minReplicas when that is higher (`PoolSpec`)."""
+    return (
+        f"(has({pool}.replicas) ? {pool}.replicas : "
+        f"(has({pool}.minReplicas) && {pool}.minReplicas > 1 ? {pool}.minReplicas : 1))"
+    )
+
+
 def _min_replicas_cel(pool: str) -> str:
     return f"(has({pool}.minReplicas) ? {pool}.minReplicas : 1)"
 
@@ -70,8 +85,9 @@ def _product_rule(pool: str) -> Rule:
         f"!('{GPU_PRODUCT_LABEL}' in {selector}) || "
         f"{selector}['{GPU_PRODUCT_LABEL}'] == {_GPU_PRODUCTS_CEL}[self.runtime.gpu.type]",
         message=f"topology.{pool}.nodeSelector's {GPU_PRODUCT_LABEL} is not the product of "
-        f"runtime.gpu.type ({_GPU_PRODUCTS_TEXT}): no node has both. Remove it (llmfleet "
-        "selects runtime.gpu.type's product itself) or change runtime.gpu.type",
+        f"runtime.gpu.type (H100 by default; {_GPU_PRODUCTS_TEXT}): no node has both. "
+        "Remove it (llmfleet selects runtime.gpu.type's product itself) or change "
+        "runtime.gpu.type",
         field_path=f".topology.{pool}.nodeSelector",
         check=lambda s: s.pool_product_matches(pool),
     )
@@ -85,6 +101,32 @@ def _args_rule(rule: engine_args.ArgsRule) -> Rule:
         message=rule.message,
         field_path=".runtime.extraArgs",
         check=lambda s: not any(rule.refuses(p) for p in s.extra_args_problems()),
+    )
+
+
+_GPU_FAMILIES_CEL = "{" + ", ".join(f"'{n}': '{g.family}'" for n, g in GPU_TYPES.items()) + "}"
+
+
+def _fits_rule(pool: str) -> Rule:
+    """A pool's nodeSelector may not ask for GPU nodes no pod of the spec fits on."""
+    selector = f"{_pool_cel(pool)}.nodeSelector"
+    count, family, present = (
+        f"{selector}[{cel_string(label)}]"
+        for label in (GPU_COUNT_LABEL, GPU_FAMILY_LABEL, GPU_PRESENT_LABEL)
+    )
+    return Rule(
+        cel=f"!has({_pool_cel(pool)}) || !has({selector}) || ("
+        f"(!({cel_string(GPU_COUNT_LABEL)} in {selector}) || ({count}.matches('^[0-9]{{1,9}}$') "
+        f"&& int({count}) >= self.runtime.gpu.count)) && "
+        f"(!({cel_string(GPU_FAMILY_LABEL)} in {selector}) || "
+        f"{family} == {_GPU_FAMILIES_CEL}[self.runtime.gpu.type]) && "
+        f"(!({cel_string(GPU_PRESENT_LABEL)} in {selector}) || {present} == 'true'))",
+        message=f"topology.{pool}.nodeSelector asks for nodes no pod of this spec fits on: "
+        f"{GPU_COUNT_LABEL} below runtime.gpu.count (or not a number), {GPU_FAMILY_LABEL} "
+        "other than runtime.gpu.type's (H100 by default: set runtime.gpu.type), or "
+        f'{GPU_PRESENT_LABEL} other than "true"',
+        field_path=f".topology.{pool}.nodeSelector",
+        check=lambda s: s.pool_fits(pool),
     )
 
 
@@ -107,7 +149,7 @@ class InferenceServiceSpec(ApiModel):
     rules = (
         Rule(
             cel="!has(self.autoscaling.gpuBudget) || self.runtime.gpu.count * "
-            f"{_pools_sum_cel(lambda pool: f'{pool}.replicas')} <= self.autoscaling.gpuBudget",
+            f"{_pools_sum_cel(_replicas_cel)} <= self.autoscaling.gpuBudget",
             message="autoscaling.gpuBudget is below what the replicas need: runtime.gpu.count x "
             "the replicas of every pool (warm spares come on top only as the budget allows)",
             field_path=".autoscaling.gpuBudget",
@@ -159,6 +201,33 @@ class InferenceServiceSpec(ApiModel):
             ),
         ),
         *(_product_rule(pool) for pool in L.POOLS),
+        *(_fits_rule(pool) for pool in L.POOLS),
+        Rule(
+            cel="!has(self.traffic) || !has(self.traffic.limits) || "
+            "!has(self.traffic.limits.maxTokens) || !has(self.model.maxModelLen) || "
+            "self.traffic.limits.maxTokens < self.model.maxModelLen",
+            message="traffic.limits.maxTokens must be below model.maxModelLen: prompt and "
+            "output share the context, so a cap at or beyond it fails every request it lowers",
+            field_path=".traffic.limits.maxTokens",
+            check=lambda s: (
+                s.traffic.limits.max_tokens is None
+                or s.model.max_model_len is None
+                or s.traffic.limits.max_tokens < s.model.max_model_len
+            ),
+        ),
+        Rule(
+            cel="!has(self.traffic) || !has(self.traffic.limits) || "
+            "!has(self.traffic.limits.timeoutSeconds) || !has(self.slo.ttftP95Ms) || "
+            "self.traffic.limits.timeoutSeconds * 1000.0 > self.slo.ttftP95Ms",
+            message="traffic.limits.timeoutSeconds must be longer than slo.ttftP95Ms: requests "
+            "would time out before the first token the target allows",
+            field_path=".traffic.limits.timeoutSeconds",
+            check=lambda s: (
+                s.traffic.limits.timeout_seconds is None
+                or s.slo.ttft_p95_ms is None
+                or s.traffic.limits.timeout_seconds * 1000 > s.slo.ttft_p95_ms
+            ),
+        ),
         *(_args_rule(rule) for rule in engine_args.rules()),
     )
 
@@ -214,6 +283,22 @@ class InferenceServiceSpec(ApiModel):
             for pool in self.pools().values()
         ]
         return self.runtime.gpu.count * sum(least)
+
+    def pool_fits(self, pool: str) -> bool:
+        """False when `topology.<pool>.nodeSelector` asks for GPU nodes no pod of the spec fits
+        on (too few GPUs, another family, none present)."""
+        spec: PoolSpec | None = getattr(self.topology, pool)
+        selector = spec.node_selector if spec is not None else {}
+        count = selector.get(GPU_COUNT_LABEL)
+        family = selector.get(GPU_FAMILY_LABEL)
+        present = selector.get(GPU_PRESENT_LABEL)
+        gpu = self.runtime.gpu
+        return (
+            (count is None or (re.fullmatch("[0-9]{1,9}", count) is not None
+                               and int(count) >= gpu.count))
+            and (family is None or family == GPU_TYPES[gpu.type.value].family)
+            and (present is None or present == "true")
+        )  # fmt: skip
 
     def pool_product_matches(self, pool: str) -> bool:
         """True unless `topology.<pool>.nodeSelector` names another GPU product than
@@ -407,5 +492,28 @@ class InferenceService(ApiModel):
             + ")",
             field_path=".metadata.name",
             check=_name_fits,
+        ),
+        Rule(
+            cel="!has(self.spec.traffic) || !has(self.spec.traffic.cascade) || "
+            "!has(self.spec.traffic.cascade.tiers) || "
+            "self.spec.traffic.cascade.tiers.all(t, t.service != self.metadata.name)",
+            message="traffic.cascade.tiers may not name this service itself: a tier is a "
+            "cheaper service asked before this one",
+            field_path=".spec.traffic.cascade.tiers",
+            check=lambda s: all(
+                t.service != s.metadata.get("name") for t in s.spec.traffic.cascade.tiers
+            ),
+        ),
+        Rule(
+            cel="!has(self.spec.traffic) || !has(self.spec.traffic.degradation) || "
+            "!has(self.spec.traffic.degradation.service) || "
+            "self.spec.traffic.degradation.service != self.metadata.name",
+            message="traffic.degradation.service may not name this service itself: it is the "
+            "cheaper service that takes sheddable requests when this one is saturated",
+            field_path=".spec.traffic.degradation.service",
+            check=lambda s: (
+                s.spec.traffic.degradation.service != s.metadata.get("name")
+                or s.spec.traffic.degradation.service is None
+            ),
         ),
     )

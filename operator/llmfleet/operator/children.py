@@ -151,6 +151,7 @@ def deployment(
         ],
         "env": [env.to_wire() for env in spec.runtime.env]
         + [
+            # Admission refuses these names in spec.runtime.env (labels.OPERATOR_ENV).
             {"name": "LLMFLEET_DRAIN_SECONDS", "value": str(settings.drain_seconds)},
             # The KV-transfer side channel (NIXL) advertises the pod's own address.
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
