@@ -82,6 +82,14 @@ class ApiModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+def cel_string(text: str) -> str:
+    """`text` as a CEL string literal (single quotes; tabs and newlines escaped)."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    for char, code in (("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+        escaped = escaped.replace(char, code)
+    return f"'{escaped}'"
+
+
 def defaulted(model: type[ApiModel]) -> Any:
     """A field that defaults to `model()`, with that default written out in the CRD too.
 

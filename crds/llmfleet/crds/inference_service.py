@@ -13,10 +13,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from llmfleet.crds import engine_args
+from llmfleet.crds import engine_args, engine_args_cel
 from llmfleet.crds import labels as L
-from llmfleet.crds._base import ApiModel, Rule, defaulted
-from llmfleet.crds.engine_args import cel_string
+from llmfleet.crds._base import ApiModel, Rule, cel_string, defaulted
 from llmfleet.crds.gpus import (
     GPU_COUNT_LABEL,
     GPU_FAMILY_LABEL,
@@ -93,7 +92,7 @@ def _product_rule(pool: str) -> Rule:
     )
 
 
-def _args_rule(rule: engine_args.ArgsRule) -> Rule:
+def _args_rule(rule: engine_args_cel.ArgsRule) -> Rule:
     """An extraArgs check of the launcher as an admission rule: its Python twin is the
     launcher's own check (`engine_args.problems`)."""
     return Rule(
@@ -228,7 +227,7 @@ class InferenceServiceSpec(ApiModel):
                 or s.traffic.limits.timeout_seconds * 1000 > s.slo.ttft_p95_ms
             ),
         ),
-        *(_args_rule(rule) for rule in engine_args.rules()),
+        *(_args_rule(rule) for rule in engine_args_cel.rules()),
     )
 
     def typed_fields(self) -> engine_args.TypedFields:

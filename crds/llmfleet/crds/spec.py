@@ -12,8 +12,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 
 from llmfleet.crds import labels as L
-from llmfleet.crds._base import ApiModel, Rule, defaulted
-from llmfleet.crds.engine_args import cel_string
+from llmfleet.crds._base import ApiModel, Rule, cel_string, defaulted
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MAX_EXACT_INTEGER = 2**53 - 1
