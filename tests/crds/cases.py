@@ -317,6 +317,11 @@ CASES = [
          {"topology": DISAGGREGATED,
           "runtime.extraArgs": ["--kv-transfer-config", '{"kv_connector":"NixlConnector"}']},
          "spec.runtime.extraArgs", "--kv-transfer-config contradicts topology.kvTransfer"),
+    Case("extra-args-data-parallel-beyond-the-gpus", {"runtime.extraArgs": ["-dp", "2"]},
+         "spec.runtime.extraArgs", "ask for more GPUs than a pod has"),
+    Case("extra-args-tensor-parallel-beyond-the-gpus",
+         {"runtime.extraArgs": ["--tensor-parallel-size=8"]},
+         "spec.runtime.extraArgs", "ask for more GPUs than a pod has"),
     # Engine limits vLLM refuses at start.
     Case("batched-tokens-below-max-seqs",
          {"runtime.maxNumSeqs": 512, "runtime.chunkedPrefill": {"maxBatchedTokens": 256}},
@@ -437,6 +442,7 @@ VALID_AT_THE_EDGE = {
         "--max_num_seqs=064", "--enable-prefix-caching"]}),
     "extra-args-replace-defaults": changed({"runtime.extraArgs": [
         "-O3", "--enable-lora", "--max-loras", "4", "--kv-cache-dtype=auto", "--seed", "-1"]}),
+    "extra-args-parallel-within-the-gpus": changed({"runtime.extraArgs": ["-tp", "2", "-dp", "2"]}),
     "extra-args-eager-both-ways": changed({"runtime.cudaGraphs": False,
                                            "runtime.extraArgs": ["--enforce-eager"]}),
     "selector-gpu-count-enough": changed({"topology.unified": {"replicas": 2, "nodeSelector": {

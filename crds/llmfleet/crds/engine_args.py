@@ -26,6 +26,8 @@ OPTION = "^-[-A-Za-z]"
 ONE_WORD = "^-[-A-Za-z][^=]*[ \t\n\r]"
 """An option word whose flag holds whitespace: a pasted `--max-num-seqs 128`."""
 INTEGER = "^[0-9]{1,18}$"
+SMALL_INTEGER = "^[0-9]{1,9}$"
+"""A parallel size: small enough that the product of two fits an int64 in CEL."""
 NUMBER = "^([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]{1,3})?$"
 
 ALIASES = {
@@ -174,6 +176,8 @@ class TypedFields:
     cuda_graphs: bool | None = None
     speculative: bool = False
     kv_transfer: bool = False
+    gpu_count: int = 1
+    """GPUs in each pod (`runtime.gpu.count`)."""
     """A prefill or decode pool: the launcher writes `--kv-transfer-config`."""
 
 
@@ -295,4 +299,36 @@ def problems(words: list[str], fields: TypedFields) -> list[str]:
         reason = contradiction(arg, fields)
         if reason:
             found.append(reason)
+    reason = parallelism(args, fields)
+    if reason:
+        found.append(reason)
     return found
+
+
+TENSOR_PARALLEL, DATA_PARALLEL = "--tensor-parallel-size", "--data-parallel-size"
+
+
+def _size(arg: Arg) -> int | None:
+    """A parallel size given in extraArgs: its first value, when a small whole number."""
+    value = arg.values[0] if arg.values else ""
+    return int(value) if re.match(SMALL_INTEGER, value) else None
+
+
+def parallelism(args: list[Arg], fields: TypedFields) -> str | None:
+    """Why the parallel sizes extraArgs give need more GPUs than a pod has (vLLM fails to start
+    when tensor x data parallel exceeds them); None when they fit, as far as checked: `-tp t`
+    needs t GPUs; `-dp d` needs d x the tensor-parallel size, which is `tensorParallel` (the GPU
+    count when unset), or 1 when extraArgs set `-tp` too (their product is not checked: a CEL
+    rule that multiplies two options of the list exceeds the API server's cost budget)."""
+    count = fields.gpu_count
+    tensor = [size for a in args if a.flag == TENSOR_PARALLEL and (size := _size(a)) is not None]
+    data = [size for a in args if a.flag == DATA_PARALLEL and (size := _size(a)) is not None]
+    given_tp = any(a.flag == TENSOR_PARALLEL for a in args)
+    base = 1 if given_tp else fields.tensor_parallel or count
+    over = [t for t in tensor if t > count] + [d * base for d in data if d * base > count]
+    if over:
+        return (
+            f"extraArgs ask for {over[0]} GPUs (tensor x data parallel) but a pod has "
+            f"{count} (runtime.gpu.count)"
+        )
+    return None

@@ -22,6 +22,7 @@ from llmfleet.crds.engine_args import (
     OPTION,
     OWNED,
     REFUSED,
+    SMALL_INTEGER,
     Owned,
     spellings,
     word_regex,
@@ -110,6 +111,34 @@ _TWICE = (
 )
 
 
+def _sizes(flag: str) -> str:
+    """CEL: the first value of each option of `flag`'s family ('' when it has none)."""
+    regex = cel_string(word_regex([flag]))
+    value = (
+        f"({_word('i')}.contains('=') ? {_word('i')}.substring({_word('i')}.indexOf('=') + 1) : "
+        f"(i + 1 < size({WORDS}) && !{_word('i + 1')}.matches({cel_string(OPTION)}) ? "
+        f"{_word('i + 1')} : ''))"
+    )
+    return (
+        f"{_INDICES}.filter(i, i < size({WORDS}) && {_word('i')}.matches({regex})).map(i, {value})"
+    )
+
+
+def _parallelism_cel() -> str:
+    """CEL twin of `engine_args.parallelism` (no list computed inside another's loop: the cost
+    estimate multiplies them)."""
+    count = "self.runtime.gpu.count"
+    small = cel_string(SMALL_INTEGER)
+    tensor, data = _sizes("--tensor-parallel-size"), _sizes("--data-parallel-size")
+    given_tp = f"{WORDS}.exists(w, w.matches({cel_string(word_regex(['--tensor-parallel-size']))}))"
+    base = f"(has(self.runtime.tensorParallel) ? self.runtime.tensorParallel : {count})"
+    return (
+        f"{tensor}.all(t, !t.matches({small}) || int(t) <= {count}) && ({given_tp} ? "
+        f"{data}.all(d, !d.matches({small}) || int(d) <= {count}) : "
+        f"{data}.all(d, !d.matches({small}) || int(d) * {base} <= {count}))"
+    )
+
+
 def rules() -> list[ArgsRule]:
     """Every check of extraArgs as admission runs it."""
     owned_flags = ", ".join(LAUNCHER_OWNED)
@@ -181,6 +210,14 @@ def rules() -> list[ArgsRule]:
             )
         )
     found += [
+        ArgsRule(
+            _parallelism_cel(),
+            "runtime.extraArgs --tensor-parallel-size or --data-parallel-size ask for more GPUs "
+            "than a pod has: tensor x data parallel must not exceed runtime.gpu.count (1 by "
+            "default; without -tp in extraArgs the tensor-parallel size is "
+            "runtime.tensorParallel, or gpu.count)",
+            _mentions("(tensor x data parallel)"),
+        ),
         ArgsRule(
             "self.topology.mode != 'Disaggregated' || "
             + _no_word(word_regex(["--kv-transfer-config"])),

@@ -248,6 +248,7 @@ class InferenceServiceSpec(ApiModel):
             cuda_graphs=rt.cuda_graphs,
             speculative=rt.speculative is not None,
             kv_transfer=self.topology.mode == Mode.DISAGGREGATED,
+            gpu_count=rt.gpu.count,
         )
 
     def extra_args_problems(self) -> list[str]:

@@ -216,8 +216,9 @@ def _features(config: RuntimeConfig, gpu: Gpu) -> list[Option]:
     return options
 
 
-def typed_fields(config: RuntimeConfig) -> TypedFields:
-    """What the config's typed fields set, for the checks of extraArgs against them."""
+def typed_fields(config: RuntimeConfig, gpu: Gpu) -> TypedFields:
+    """What the config's typed fields set (and the pod's GPU count), for the checks of
+    extraArgs against them."""
     rt, model = config.runtime, config.model
     return TypedFields(
         max_model_len=model.max_model_len,
@@ -233,6 +234,7 @@ def typed_fields(config: RuntimeConfig) -> TypedFields:
         cuda_graphs=rt.cuda_graphs,
         speculative=rt.speculative is not None,
         kv_transfer=config.role is not Role.UNIFIED,
+        gpu_count=gpu.count,
     )
 
 
@@ -287,7 +289,7 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         + kv_options
     )
     decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
-    merged = merge(ours, list(config.runtime.extra_args), typed_fields(config), decisions)
+    merged = merge(ours, list(config.runtime.extra_args), typed_fields(config, gpu), decisions)
     for var in config.runtime.env:
         env[var.name] = var.value
     argv = ["vllm", "serve", model.name]
