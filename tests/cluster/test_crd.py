@@ -23,9 +23,17 @@ def namespace(kube: Kube) -> Iterator[str]:
     """One namespace for the module: these tests create no pods, so they can share it."""
     kube.kubectl("apply", "--server-side", "--field-manager=llmfleet-tests", "-f",
                  str(render.CRD_FILE))  # fmt: skip
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s",
-                 f"crd/{render.CRD_NAME}")  # fmt: skip
-    kube.kubectl("create", "namespace", "crd-tests")
+    # NOTE: right after a changed CRD is applied its conditions may not be there yet (`kubectl
+    # wait` then fails instead of waiting), and a session started right after another finds
+    # the namespace still terminating: both are waited for.
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+    kube.wait_for(lambda: kube.run("get", f"crd/{render.CRD_NAME}", "-o",
+                                   f"jsonpath={established}").stdout == "True",
+                  timeout=30, what="the CRD to be established")  # fmt: skip
+    kube.wait_for(lambda: kube.run("create", "namespace", "crd-tests").returncode == 0
+                  or kube.run("get", "namespace", "crd-tests", "-o",
+                              "jsonpath={.status.phase}").stdout == "Active",
+                  timeout=120, what="namespace crd-tests")  # fmt: skip
     yield "crd-tests"
     kube.kubectl("delete", "namespace", "crd-tests", "--wait=false")
 

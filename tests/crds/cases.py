@@ -342,6 +342,11 @@ CASES = [
          "spec.runtime.image", api_says="should match", validate_says="does not match"),
     Case("image-as-url", {"runtime.image": "https://ghcr.io/llmfleet/runtime:0.1.0"},
          "spec.runtime.image", api_says="should match", validate_says="does not match"),
+    Case("selector-key-with-space", {"topology.unified": {"nodeSelector": {"gpu type": "h100"}}},
+         "spec.topology.unified.nodeSelector", "nodeSelector keys are label keys"),
+    Case("selector-key-name-too-long",
+         {"topology.unified": {"nodeSelector": {"example.com/" + "n" * 64: "yes"}}},
+         "spec.topology.unified.nodeSelector", "nodeSelector keys are label keys"),
     Case("selector-gpu-count-below-pod",
          {"topology.unified": {"nodeSelector": {"nvidia.com/gpu.count": "2"}}},
          "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
@@ -445,6 +450,8 @@ VALID_AT_THE_EDGE = {
     "extra-args-parallel-within-the-gpus": changed({"runtime.extraArgs": ["-tp", "2", "-dp", "2"]}),
     "extra-args-eager-both-ways": changed({"runtime.cudaGraphs": False,
                                            "runtime.extraArgs": ["--enforce-eager"]}),
+    "selector-key-with-prefix": changed({"topology.unified": {"replicas": 2, "nodeSelector": {
+        "node.kubernetes.io/instance-type": "p5.48xlarge", "topology.kubernetes.io/zone": "a"}}}),
     "selector-gpu-count-enough": changed({"topology.unified": {"replicas": 2, "nodeSelector": {
         "nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "hopper"}}}),
     "token-cap-below-context": changed({"model.maxModelLen": 4096,

@@ -6,6 +6,7 @@ structural schema); cross-field rules are `Rule`s (CEL for the API server, Pytho
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated
 
@@ -27,6 +28,11 @@ LABEL_KEY = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 """A Kubernetes label key (or taint key): an optional DNS-subdomain prefix and `/`, then a name."""
+QUALIFIED_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+"""A label key with its name part's bound (63 characters); the prefix's (253) is checked apart."""
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 """A Kubernetes label value (or taint value), empty or at most 63 characters."""
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE, max_length=63)]
@@ -328,6 +334,18 @@ class PoolSpec(ApiModel):
         return data
 
     rules = (
+        Rule(
+            cel=f"self.nodeSelector.all(k, k.matches({cel_string(QUALIFIED_KEY)}) && "
+            "(!k.contains('/') || k.indexOf('/') <= 253))",
+            message="nodeSelector keys are label keys: an optional DNS subdomain (at most 253 "
+            "characters) and '/', then a name of at most 63 (letters, digits, '-', '_', '.'; a "
+            "letter or digit at each end)",
+            field_path=".nodeSelector",
+            check=lambda p: all(
+                re.match(QUALIFIED_KEY, key) and ("/" not in key or key.index("/") <= 253)
+                for key in p.node_selector
+            ),
+        ),
         Rule(
             cel="!has(self.minReplicas) || !has(self.maxReplicas) || "
             "self.minReplicas <= self.maxReplicas",
