@@ -242,14 +242,15 @@ class RuntimeSpec(ApiModel):
             ),
         ),
         Rule(
-            cel="self.env.map(e, size(e.value)).sum() + self.extraArgs.map(a, size(a)).sum() "
+            cel="self.env.map(e, has(e.value) ? size(e.value) : 0).sum() + "
+            "self.extraArgs.map(a, size(a)).sum() "
             f"<= {RENDERED_TEXT_MAX}",
             message=f"env values and extraArgs hold at most {RENDERED_TEXT_MAX} characters "
             "together: the operator copies them into every pool's runtime config, a ConfigMap "
             "the API server stores only up to 1 MiB",
             field_path=".env",
             check=lambda r: (
-                sum(len(e.value) for e in r.env) + sum(len(a) for a in r.extra_args)
+                sum(len(e.value or "") for e in r.env) + sum(len(a) for a in r.extra_args)
                 <= RENDERED_TEXT_MAX
             ),
         ),
