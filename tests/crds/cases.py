@@ -280,6 +280,163 @@ CASES = [
     Case("max-tokens-beyond-any-context", {"traffic": {"limits": {"maxTokens": 20_000_000}}},
          "spec.traffic.limits.maxTokens", api_says="should be less than or equal to 10485760",
          validate_says="must be at most 10485760"),
+    # runtime.extraArgs the launcher refuses on every start (crds/engine_args.py).
+    Case("extra-args-pasted-command-line",
+         {"runtime.extraArgs": ["vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 64"]},
+         "spec.runtime.extraArgs", "extraArgs must start with an option"),
+    Case("extra-args-option-and-value-in-one-item", {"runtime.extraArgs": ["--max-num-seqs 128"]},
+         "spec.runtime.extraArgs", "each item is one word"),
+    Case("extra-args-port", {"runtime.extraArgs": ["--port", "9000"]},
+         "spec.runtime.extraArgs", "the launcher sets them"),
+    Case("extra-args-model-option", {"runtime.extraArgs": ["--model", "meta-llama/Other"]},
+         "spec.runtime.extraArgs", "the launcher sets them"),
+    Case("extra-args-served-name-underscored", {"runtime.extraArgs": ["--served_model_name=chat"]},
+         "spec.runtime.extraArgs", "the launcher sets them"),
+    Case("extra-args-metrics-off", {"runtime.extraArgs": ["--disable-log-stats"]},
+         "spec.runtime.extraArgs", "may not turn engine metrics off"),
+    Case("extra-args-alias-and-long-name",
+         {"runtime.extraArgs": ["-tp", "2", "--tensor-parallel-size=2"]},
+         "spec.runtime.extraArgs", "set one option twice"),
+    Case("extra-args-eager-and-level", {"runtime.extraArgs": ["--enforce-eager", "-O3"]},
+         "spec.runtime.extraArgs", "set one option twice"),
+    Case("extra-args-same-option-two-spellings",
+         {"runtime.extraArgs": ["--max-loras", "2", "--max_loras", "4"]},
+         "spec.runtime.extraArgs", "set one option twice"),
+    Case("extra-args-contradict-tensor-parallel",
+         {"runtime.tensorParallel": 2, "runtime.extraArgs": ["-tp", "4"]},
+         "spec.runtime.extraArgs", "--tensor-parallel-size contradicts runtime.tensorParallel"),
+    Case("extra-args-contradict-context",
+         {"model.maxModelLen": 8192, "runtime.extraArgs": ["--max-model-len=4096"]},
+         "spec.runtime.extraArgs", "--max-model-len contradicts model.maxModelLen"),
+    Case("extra-args-contradict-memory-share",
+         {"runtime.gpuMemoryUtilization": 0.8,
+          "runtime.extraArgs": ["--gpu-memory-utilization", "0.95"]},
+         "spec.runtime.extraArgs",
+         "--gpu-memory-utilization contradicts runtime.gpuMemoryUtilization"),
+    Case("extra-args-contradict-quantization",
+         {"runtime.quantization": "awq", "runtime.extraArgs": ["-q", "gptq"]},
+         "spec.runtime.extraArgs", "--quantization contradicts runtime.quantization"),
+    Case("extra-args-eager-vs-default-graphs", {"runtime.extraArgs": ["--enforce-eager"]},
+         "spec.runtime.extraArgs", "contradicts runtime.cudaGraphs (true, its default)"),
+    Case("extra-args-level-zero", {"runtime.extraArgs": ["-O0"]},
+         "spec.runtime.extraArgs", "contradicts runtime.cudaGraphs (true, its default)"),
+    Case("extra-args-level-vs-eager-field",
+         {"runtime.cudaGraphs": False, "runtime.extraArgs": ["-O3"]},
+         "spec.runtime.extraArgs", "contradicts runtime.cudaGraphs (false)"),
+    Case("extra-args-prefix-caching-off-by-old-spelling",
+         {"runtime.extraArgs": ["--no-enable-prefix-caching"]},
+         "spec.runtime.extraArgs", "contradicts runtime.prefixCaching (true, its default)"),
+    Case("extra-args-chunked-on-vs-off",
+         {"runtime.chunkedPrefill": {"enabled": False},
+          "runtime.extraArgs": ["--enable-chunked-prefill"]},
+         "spec.runtime.extraArgs", "contradicts runtime.chunkedPrefill.enabled (false)"),
+    Case("extra-args-speculative-config-beside-field",
+         {"runtime.speculative": {"method": "ngram"},
+          "runtime.extraArgs": ["--speculative-config", '{"method":"ngram"}']},
+         "spec.runtime.extraArgs", "--speculative-config contradicts runtime.speculative"),
+    Case("extra-args-kv-transfer-in-disaggregated",
+         {"topology": DISAGGREGATED,
+          "runtime.extraArgs": ["--kv-transfer-config", '{"kv_connector":"NixlConnector"}']},
+         "spec.runtime.extraArgs", "--kv-transfer-config contradicts topology.kvTransfer"),
+    Case("extra-args-data-parallel-beyond-the-gpus", {"runtime.extraArgs": ["-dp", "2"]},
+         "spec.runtime.extraArgs", "ask for more GPUs than a pod has"),
+    Case("extra-args-tensor-parallel-beyond-the-gpus",
+         {"runtime.extraArgs": ["--tensor-parallel-size=8"]},
+         "spec.runtime.extraArgs", "ask for more GPUs than a pod has"),
+    # Engine limits vLLM refuses at start.
+    Case("batched-tokens-below-max-seqs",
+         {"runtime.maxNumSeqs": 512, "runtime.chunkedPrefill": {"maxBatchedTokens": 256}},
+         "spec.runtime.chunkedPrefill.maxBatchedTokens",
+         "maxBatchedTokens must be at least maxNumSeqs"),
+    # Env the operator sets itself, and children the API server would not store.
+    Case("env-pod-ip", {"runtime.env": [{"name": "POD_IP", "value": "10.0.0.1"}]},
+         "spec.runtime.env", "are set by the operator"),
+    Case("env-drain-seconds", {"runtime.env": [{"name": "LLMFLEET_DRAIN_SECONDS", "value": "5"}]},
+         "spec.runtime.env", "are set by the operator"),
+    Case("env-too-large-for-the-config-map",
+         {"runtime.env": [{"name": f"BLOB_{i}", "value": "x" * 30_000} for i in range(3)]},
+         "spec.runtime.env", "env values and extraArgs hold at most 65536 characters"),
+    # Strings that end up in other objects: image references, GPU node labels.
+    Case("image-uppercase-path", {"runtime.image": "ghcr.io/LLMFleet/runtime:0.1.0"},
+         "spec.runtime.image", api_says="should match", validate_says="does not match"),
+    Case("image-with-space", {"runtime.image": "vllm/vllm-openai: v0.33.0"},
+         "spec.runtime.image", api_says="should match", validate_says="does not match"),
+    Case("image-as-url", {"runtime.image": "https://ghcr.io/llmfleet/runtime:0.1.0"},
+         "spec.runtime.image", api_says="should match", validate_says="does not match"),
+    Case("selector-key-with-space", {"topology.unified": {"nodeSelector": {"gpu type": "h100"}}},
+         "spec.topology.unified.nodeSelector", "nodeSelector keys are label keys"),
+    Case("selector-key-name-too-long",
+         {"topology.unified": {"nodeSelector": {"example.com/" + "n" * 64: "yes"}}},
+         "spec.topology.unified.nodeSelector", "nodeSelector keys are label keys"),
+    Case("selector-gpu-count-below-pod",
+         {"topology.unified": {"nodeSelector": {"nvidia.com/gpu.count": "2"}}},
+         "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
+    Case("selector-gpu-family-other",
+         {"topology.unified": {"nodeSelector": {"nvidia.com/gpu.family": "ampere"}}},
+         "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
+    Case("decode-selector-gpu-absent",
+         {"topology": {**DISAGGREGATED, "decode": {
+             "replicas": 1, "nodeSelector": {"nvidia.com/gpu.present": "false"}}}},
+         "spec.topology.decode.nodeSelector", "asks for nodes no pod of this spec fits on"),
+    # Names of other services: names an InferenceService can have, never its own.
+    Case("cascade-tier-uppercase", {"traffic": {"cascade": {"tiers": [{"service": "Small"}]}}},
+         "spec.traffic.cascade.tiers[0].service", api_says="should match",
+         validate_says="does not match"),
+    Case("cascade-tier-digit-first", {"traffic": {"cascade": {"tiers": [{"service": "8b"}]}}},
+         "spec.traffic.cascade.tiers[0].service", api_says="should match",
+         validate_says="does not match"),
+    Case("degradation-service-too-long",
+         {"traffic": {"degradation": {"enabled": True, "service": "s" * 56}}},
+         "spec.traffic.degradation.service", api_says="Too long",
+         validate_says="must have at most 55 characters"),
+    Case("cascade-tier-is-itself", {"traffic": {"cascade": {"tiers": [{"service": "bad"}]}}},
+         "spec.traffic.cascade.tiers", "may not name this service itself"),
+    Case("degradation-to-itself",
+         {"traffic": {"degradation": {"enabled": True, "service": "bad"}}},
+         "spec.traffic.degradation.service", "may not name this service itself"),
+    Case("cascade-tier-twice",
+         {"traffic": {"cascade": {"tiers": [{"service": "small"}, {"service": "small"}]}}},
+         "spec.traffic.cascade.tiers", "name each service once"),
+    Case("hard-keyword-twice-in-two-cases",
+         {"traffic": {"cascade": {"hardKeywords": ["Explain", "explain"]}}},
+         "spec.traffic.cascade.hardKeywords", "name each word once"),
+    # Relations between fields that make the spec pointless.
+    Case("token-cap-at-context",
+         {"model.maxModelLen": 4096, "traffic": {"limits": {"maxTokens": 4096}}},
+         "spec.traffic.limits.maxTokens", "maxTokens must be below model.maxModelLen"),
+    Case("timeout-below-ttft-target",
+         {"slo": {"ttftP95Ms": 5000}, "traffic": {"limits": {"timeoutSeconds": 2}}},
+         "spec.traffic.limits.timeoutSeconds", "must be longer than slo.ttftP95Ms"),
+    Case("timeout-below-debounce-hold",
+         {"traffic": {"debounce": {"mode": "LatestWins", "windowMs": 1000, "delayMs": 500},
+                      "limits": {"timeoutSeconds": 0.2}}},
+         "spec.traffic.limits.timeoutSeconds", "must be longer than debounce.delayMs"),
+    Case("coalesce-window-while-off", {"traffic": {"coalesce": {"windowMs": 2000}}},
+         "spec.traffic.coalesce.windowMs", "does nothing while coalesce.enabled is false"),
+    Case("hedge-without-tiers", {"traffic": {"cascade": {"hedge": True}}},
+         "spec.traffic.cascade.hedge", "needs a tier to hedge with"),
+    Case("partial-answers-without-timeout", {"traffic": {"limits": {"partialAnswers": True}}},
+         "spec.traffic.limits.partialAnswers", "acts at limits.timeoutSeconds"),
+    Case("ngram-with-a-model",
+         {"runtime.speculative": {"method": "ngram", "model": "meta-llama/Llama-3.2-1B"}},
+         "spec.runtime.speculative.model", "ngram proposes tokens from the prompt itself"),
+    # Labels and annotations: the API server checks them on every object.
+    Case("label-value-boolean", {"metadata.labels": {"canary": True}}, "metadata.labels",
+         api_says="cannot unmarshal bool", validate_says="must be a string, not true"),
+    Case("label-key-invalid", {"metadata.labels": {"-team": "llm"}}, "metadata.labels",
+         api_says="name part must consist of", validate_says="not a valid key"),
+    Case("label-value-too-long", {"metadata.labels": {"team": "x" * 64}}, "metadata.labels",
+         api_says="must be no more than 63 bytes", validate_says="not a valid label value"),
+    Case("rollout-pause-unquoted",
+         {"metadata.annotations": {"llmfleet.dev/rollout-pause": True}}, "metadata.annotations",
+         api_says="cannot unmarshal bool", validate_says="must be a string, not true"),
+    Case("annotation-key-with-space",
+         {"metadata.annotations": {"llmfleet.dev/rollout pause": "true"}},
+         "metadata.annotations", api_says="name part must consist of",
+         validate_says="not a valid key"),
+    Case("hf-source-of-another-model",
+         {"model.source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
+         "spec.model.source", "must be hf://<model.name>"),
 ]  # fmt: skip
 
 
@@ -304,5 +461,60 @@ VALID_AT_THE_EDGE = {
     "selector-names-the-same-gpu": changed({"topology.unified": {
         "replicas": 2, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}),
     "whole-number-as-float": changed({"topology.unified": {"replicas": 2.0}}),
+    # The default of replicas follows minReplicas (an older spec set only the bounds).
+    "min-replicas-alone": changed({"topology.unified": {"minReplicas": 3, "maxReplicas": 5},
+                                   "autoscaling": {"enabled": True, "gpuBudget": 12}}),
+    "extra-args-repeat-a-field": changed({"runtime.maxNumSeqs": 64, "runtime.extraArgs": [
+        "--max_num_seqs=064", "--enable-prefix-caching"]}),
+    "extra-args-replace-defaults": changed({"runtime.extraArgs": [
+        "-O3", "--enable-lora", "--max-loras", "4", "--kv-cache-dtype=auto", "--seed", "-1"]}),
+    "extra-args-parallel-within-the-gpus": changed({"runtime.extraArgs": ["-tp", "2", "-dp", "2"]}),
+    "extra-args-eager-both-ways": changed({"runtime.cudaGraphs": False,
+                                           "runtime.extraArgs": ["--enforce-eager"]}),
+    "selector-key-with-prefix": changed({"topology.unified": {"replicas": 2, "nodeSelector": {
+        "node.kubernetes.io/instance-type": "p5.48xlarge", "topology.kubernetes.io/zone": "a"}}}),
+    "selector-gpu-count-enough": changed({"topology.unified": {"replicas": 2, "nodeSelector": {
+        "nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "hopper"}}}),
+    "token-cap-below-context": changed({"model.maxModelLen": 4096,
+                                        "traffic": {"limits": {"maxTokens": 4095}}}),
+    "hf-source-of-the-model": changed({"model.source": "hf://meta-llama/Llama-3.1-8B-Instruct"}),
+    "image-with-port-and-digest": changed(
+        {"runtime.image": "localhost:5000/llmfleet/runtime:0.1@sha256:" + "a" * 64}),
+    "env-at-the-size-limit": changed({"runtime.env": [
+        {"name": "A", "value": "x" * 32_768}, {"name": "B", "value": "y" * 32_768}]}),
+    "batched-tokens-equal-to-max-seqs": changed(
+        {"runtime.maxNumSeqs": 256, "runtime.chunkedPrefill": {"maxBatchedTokens": 256}}),
 }  # fmt: skip
 """Manifests just inside the rules: admission and `llmfleet validate` accept them."""
+
+
+_TEXT = """apiVersion: llmfleet.dev/v1alpha1
+kind: InferenceService
+metadata:
+  name: dialect
+  labels: {LABELS}
+spec:
+  model:
+    name: meta-llama/Llama-3.1-8B-Instruct
+    {MODEL}
+  runtime:
+    prefixCaching: {PREFIX}
+"""
+
+
+def _text(model: str = "", prefix: str = "true", labels: str = "{}") -> str:
+    return _TEXT.replace("{MODEL}", model).replace("{PREFIX}", prefix).replace("{LABELS}", labels)
+
+
+YAML_DIALECT: dict[str, tuple[str, str | None]] = {
+    "exponent-is-a-number": (_text("maxModelLen: 4e3"), None),
+    "underscores-in-a-number": (_text("maxModelLen: 8_192"), None),
+    "sexagesimal-is-a-string": (_text("revision: 3:00"), None),
+    "a-date-is-a-string": (_text("revision: 2024-06-01"), None),
+    "on-is-a-boolean": (_text(prefix="on"), None),
+    "leading-zero-is-octal": (_text("revision: 0755"), "spec.model.revision"),
+    "yes-is-no-name": (_text("servedName: yes"), "spec.model.servedName"),
+    "off-is-no-label": (_text(labels="{canary: off}"), "metadata.labels"),
+}
+"""Manifests as people write them, whose scalars YAML 1.1 (PyYAML), YAML 1.2 and kubectl read
+differently: id -> (text, None when the API server accepts it, else the field it names)."""

@@ -74,7 +74,12 @@ def test_the_name_is_checked_at_the_root() -> None:
         "properties": {"name": {"type": "string"}},
     }
     checks = root["x-kubernetes-validations"]
-    assert [check["fieldPath"] for check in checks] == [".metadata.name", ".metadata.name"]
+    assert [check["fieldPath"] for check in checks] == [
+        ".metadata.name",
+        ".metadata.name",
+        ".spec.traffic.cascade.tiers",
+        ".spec.traffic.degradation.service",
+    ]
     assert any(f"size() <= {labels.SERVICE_NAME_MAX_LENGTH}" in c["rule"] for c in checks)
 
 
@@ -100,6 +105,8 @@ def test_defaults_and_enums_reach_the_schema() -> None:
     assert nodes[".spec.runtime.gpu"]["default"] == {"type": "H100", "count": 1}
     assert nodes[".spec.topology"]["default"] == {"mode": "Unified"}
     assert nodes[".spec.runtime.gpu.count"]["default"] == 1
+    # Unset, replicas follows minReplicas (PoolSpec): a schema default would hide that.
+    assert "default" not in nodes[".spec.topology.unified.replicas"]
     assert nodes[".spec.slo.ttftP95Ms"]["minimum"] == 0
     assert nodes[".spec.slo.ttftP95Ms"]["exclusiveMinimum"] is True
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, Case
+from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, YAML_DIALECT, Case
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
 
@@ -73,6 +73,21 @@ def test_yaml_a_person_writes_reads_as_kubectl_reads_it(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(BASE).replace("model:\n", "model:\n    revision: 2024-06-01\n"))
     result = validate(str(path))
     assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize("name", YAML_DIALECT)
+def test_scalars_read_as_kubectl_reads_them(name: str, tmp_path: Path) -> None:
+    """`4e3` is a number, `3:00` a string, `on` a boolean, `0755` octal (the cluster test
+    checks the API server's verdict on the same texts)."""
+    text, field = YAML_DIALECT[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    result = validate(str(path))
+    if field is None:
+        assert result.returncode == 0, result.stdout
+    else:
+        assert result.returncode == 1
+        assert result.stdout.startswith(f"{path}:1: {field}"), result.stdout
 
 
 def test_a_yaml_error_and_a_missing_file_are_problems(tmp_path: Path) -> None:

@@ -70,6 +70,11 @@ def test_deployment_pod_template() -> None:
     assert container["command"][:2] == ["llmfleet-runtime", "serve"]
     assert container["command"][-1].endswith("/prefill.json")
     assert {"readinessProbe", "livenessProbe", "startupProbe"} <= set(container)
+    spec_env = {env.name for env in load("disaggregated").spec.runtime.env}
+    # Admission refuses in spec.runtime.env exactly the names the operator sets (besides the
+    # defaults a spec entry may replace).
+    defaults = {"HOME", "HF_HOME", "PYTHONDONTWRITEBYTECODE"}
+    assert {env["name"] for env in container["env"]} - spec_env - defaults == set(L.OPERATOR_ENV)
     pod_ip = next(env for env in container["env"] if env["name"] == "POD_IP")
     assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"

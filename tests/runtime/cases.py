@@ -253,6 +253,12 @@ CASES = [
         absent=("--optimization-level",),
     ),
     Case(
+        "h100-default-sequences-follow-a-small-step-budget",
+        "H100:1",
+        cfg(runtime={"chunkedPrefill": {"maxBatchedTokens": 128}}),
+        expect={"--max-num-seqs": "128", "--max-num-batched-tokens": "128"},
+    ),
+    Case(
         "l4-extra-args-agree-with-spec",
         "L4:1",
         cfg(runtime={"maxNumSeqs": 32, "extraArgs": ["--max-num-seqs", "32"]}),

@@ -135,6 +135,13 @@ def _runtime(**fields: Any) -> dict[str, Any]:
             id="eager-level-vs-graphs-on",
         ),
         pytest.param(
+            "H100:2",
+            _runtime(extraArgs=["-dp", "2"]),
+            ExitCode.CONFLICTING_ARGS,
+            "extraArgs ask for 4 GPUs (tensor x data parallel) but a pod has 2",
+            id="parallel-beyond-the-gpus",
+        ),
+        pytest.param(
             "H100:1",
             _runtime(extraArgs=["--port", "9000"]),
             ExitCode.CONFLICTING_ARGS,

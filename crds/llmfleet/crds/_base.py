@@ -14,12 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 RULE_ERROR = "rule"
 """The pydantic error type of a failed `Rule`; its context holds `field_path`."""
+SKIP_RULES = "skip_rules"
+"""Validation context key: `{SKIP_RULES: True}` parses a spec without its cross-field rules (the
+shape and bounds still hold), as a spec an older CRD admitted reaches its readers."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,9 @@ class ApiModel(BaseModel):
     rules: ClassVar[tuple[Rule, ...]] = ()
 
     @model_validator(mode="after")
-    def _check_rules(self) -> Self:
+    def _check_rules(self, info: ValidationInfo) -> Self:
+        if isinstance(info.context, dict) and info.context.get(SKIP_RULES):
+            return self
         for rule in type(self).rules:
             if not rule.check(self):
                 raise PydanticCustomError(RULE_ERROR, rule.message, {"field_path": rule.field_path})
@@ -75,6 +80,14 @@ class ApiModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The model as it appears in a manifest: camelCase, without unset optional fields."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def cel_string(text: str) -> str:
+    """`text` as a CEL string literal (single quotes; tabs and newlines escaped)."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    for char, code in (("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+        escaped = escaped.replace(char, code)
+    return f"'{escaped}'"
 
 
 def defaulted(model: type[ApiModel]) -> Any:

@@ -13,9 +13,16 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from llmfleet.crds import engine_args, engine_args_cel
 from llmfleet.crds import labels as L
-from llmfleet.crds._base import ApiModel, Rule, defaulted
-from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_TYPES
+from llmfleet.crds._base import ApiModel, Rule, cel_string, defaulted
+from llmfleet.crds.gpus import (
+    GPU_COUNT_LABEL,
+    GPU_FAMILY_LABEL,
+    GPU_PRESENT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_TYPES,
+)
 from llmfleet.crds.policy import RolloutSpec, TrafficSpec
 from llmfleet.crds.spec import (
     AutoscalingSpec,
@@ -53,6 +60,14 @@ def _pools_sum_cel(term: Callable[[str], str]) -> str:
     )
 
 
+def _replicas_cel(pool: str) -> str:
+    """CEL: a pool's replicas, unset being 1 or minReplicas when that is higher (`PoolSpec`)."""
+    return (
+        f"(has({pool}.replicas) ? {pool}.replicas : "
+        f"(has({pool}.minReplicas) && {pool}.minReplicas > 1 ? {pool}.minReplicas : 1))"
+    )
+
+
 def _min_replicas_cel(pool: str) -> str:
     return f"(has({pool}.minReplicas) ? {pool}.minReplicas : 1)"
 
@@ -69,10 +84,48 @@ def _product_rule(pool: str) -> Rule:
         f"!('{GPU_PRODUCT_LABEL}' in {selector}) || "
         f"{selector}['{GPU_PRODUCT_LABEL}'] == {_GPU_PRODUCTS_CEL}[self.runtime.gpu.type]",
         message=f"topology.{pool}.nodeSelector's {GPU_PRODUCT_LABEL} is not the product of "
-        f"runtime.gpu.type ({_GPU_PRODUCTS_TEXT}): no node has both. Remove it (llmfleet "
-        "selects runtime.gpu.type's product itself) or change runtime.gpu.type",
+        f"runtime.gpu.type (H100 by default; {_GPU_PRODUCTS_TEXT}): no node has both. "
+        "Remove it (llmfleet selects runtime.gpu.type's product itself) or change "
+        "runtime.gpu.type",
         field_path=f".topology.{pool}.nodeSelector",
         check=lambda s: s.pool_product_matches(pool),
+    )
+
+
+def _args_rule(rule: engine_args_cel.ArgsRule) -> Rule:
+    """An extraArgs check of the launcher as an admission rule: its Python twin is the
+    launcher's own check (`engine_args.problems`)."""
+    return Rule(
+        cel=rule.cel,
+        message=rule.message,
+        field_path=".runtime.extraArgs",
+        check=lambda s: not any(rule.refuses(p) for p in s.extra_args_problems()),
+    )
+
+
+_GPU_FAMILIES_CEL = "{" + ", ".join(f"'{n}': '{g.family}'" for n, g in GPU_TYPES.items()) + "}"
+
+
+def _fits_rule(pool: str) -> Rule:
+    """A pool's nodeSelector may not ask for GPU nodes no pod of the spec fits on."""
+    selector = f"{_pool_cel(pool)}.nodeSelector"
+    count, family, present = (
+        f"{selector}[{cel_string(label)}]"
+        for label in (GPU_COUNT_LABEL, GPU_FAMILY_LABEL, GPU_PRESENT_LABEL)
+    )
+    return Rule(
+        cel=f"!has({_pool_cel(pool)}) || !has({selector}) || ("
+        f"(!({cel_string(GPU_COUNT_LABEL)} in {selector}) || ({count}.matches('^[0-9]{{1,9}}$') "
+        f"&& int({count}) >= self.runtime.gpu.count)) && "
+        f"(!({cel_string(GPU_FAMILY_LABEL)} in {selector}) || "
+        f"{family} == {_GPU_FAMILIES_CEL}[self.runtime.gpu.type]) && "
+        f"(!({cel_string(GPU_PRESENT_LABEL)} in {selector}) || {present} == 'true'))",
+        message=f"topology.{pool}.nodeSelector asks for nodes no pod of this spec fits on: "
+        f"{GPU_COUNT_LABEL} below runtime.gpu.count (or not a number), {GPU_FAMILY_LABEL} "
+        "other than runtime.gpu.type's (H100 by default: set runtime.gpu.type), or "
+        f'{GPU_PRESENT_LABEL} other than "true"',
+        field_path=f".topology.{pool}.nodeSelector",
+        check=lambda s: s.pool_fits(pool),
     )
 
 
@@ -95,7 +148,7 @@ class InferenceServiceSpec(ApiModel):
     rules = (
         Rule(
             cel="!has(self.autoscaling.gpuBudget) || self.runtime.gpu.count * "
-            f"{_pools_sum_cel(lambda pool: f'{pool}.replicas')} <= self.autoscaling.gpuBudget",
+            f"{_pools_sum_cel(_replicas_cel)} <= self.autoscaling.gpuBudget",
             message="autoscaling.gpuBudget is below what the replicas need: runtime.gpu.count x "
             "the replicas of every pool (warm spares come on top only as the budget allows)",
             field_path=".autoscaling.gpuBudget",
@@ -147,7 +200,60 @@ class InferenceServiceSpec(ApiModel):
             ),
         ),
         *(_product_rule(pool) for pool in L.POOLS),
+        *(_fits_rule(pool) for pool in L.POOLS),
+        Rule(
+            cel="!has(self.traffic) || !has(self.traffic.limits) || "
+            "!has(self.traffic.limits.maxTokens) || !has(self.model.maxModelLen) || "
+            "self.traffic.limits.maxTokens < self.model.maxModelLen",
+            message="traffic.limits.maxTokens must be below model.maxModelLen: prompt and "
+            "output share the context, so a cap at or beyond it fails every request it lowers",
+            field_path=".traffic.limits.maxTokens",
+            check=lambda s: (
+                s.traffic.limits.max_tokens is None
+                or s.model.max_model_len is None
+                or s.traffic.limits.max_tokens < s.model.max_model_len
+            ),
+        ),
+        Rule(
+            cel="!has(self.traffic) || !has(self.traffic.limits) || "
+            "!has(self.traffic.limits.timeoutSeconds) || !has(self.slo.ttftP95Ms) || "
+            "self.traffic.limits.timeoutSeconds * 1000.0 > self.slo.ttftP95Ms",
+            message="traffic.limits.timeoutSeconds must be longer than slo.ttftP95Ms: requests "
+            "would time out before the first token the target allows",
+            field_path=".traffic.limits.timeoutSeconds",
+            check=lambda s: (
+                s.traffic.limits.timeout_seconds is None
+                or s.slo.ttft_p95_ms is None
+                or s.traffic.limits.timeout_seconds * 1000 > s.slo.ttft_p95_ms
+            ),
+        ),
+        *(_args_rule(rule) for rule in engine_args_cel.rules()),
     )
+
+    def typed_fields(self) -> engine_args.TypedFields:
+        """What the spec's typed fields set on the engine's command line (as the launcher reads
+        the runtime config the operator renders from this spec)."""
+        rt, model = self.runtime, self.model
+        return engine_args.TypedFields(
+            max_model_len=model.max_model_len,
+            revision=model.revision,
+            tensor_parallel=rt.tensor_parallel,
+            quantization=None if rt.quantization is None else rt.quantization.value,
+            kv_cache_dtype=None if rt.kv_cache_dtype is None else rt.kv_cache_dtype.value,
+            prefix_caching=rt.prefix_caching,
+            chunked_prefill=rt.chunked_prefill.enabled,
+            max_batched_tokens=rt.chunked_prefill.max_batched_tokens,
+            max_num_seqs=rt.max_num_seqs,
+            gpu_memory_utilization=rt.gpu_memory_utilization,
+            cuda_graphs=rt.cuda_graphs,
+            speculative=rt.speculative is not None,
+            kv_transfer=self.topology.mode == Mode.DISAGGREGATED,
+            gpu_count=rt.gpu.count,
+        )
+
+    def extra_args_problems(self) -> list[str]:
+        """What the launcher would refuse in `runtime.extraArgs` ([]: nothing)."""
+        return engine_args.problems(list(self.runtime.extra_args), self.typed_fields())
 
     def pools(self) -> dict[str, PoolSpec]:
         """Pool name -> spec, in serving order; a Unified service without one gets the default."""
@@ -177,6 +283,22 @@ class InferenceServiceSpec(ApiModel):
             for pool in self.pools().values()
         ]
         return self.runtime.gpu.count * sum(least)
+
+    def pool_fits(self, pool: str) -> bool:
+        """False when `topology.<pool>.nodeSelector` asks for GPU nodes no pod of the spec fits
+        on (too few GPUs, another family, none present)."""
+        spec: PoolSpec | None = getattr(self.topology, pool)
+        selector = spec.node_selector if spec is not None else {}
+        count = selector.get(GPU_COUNT_LABEL)
+        family = selector.get(GPU_FAMILY_LABEL)
+        present = selector.get(GPU_PRESENT_LABEL)
+        gpu = self.runtime.gpu
+        return (
+            (count is None or (re.fullmatch("[0-9]{1,9}", count) is not None
+                               and int(count) >= gpu.count))
+            and (family is None or family == GPU_TYPES[gpu.type.value].family)
+            and (present is None or present == "true")
+        )  # fmt: skip
 
     def pool_product_matches(self, pool: str) -> bool:
         """True unless `topology.<pool>.nodeSelector` names another GPU product than
@@ -378,5 +500,28 @@ class InferenceService(ApiModel):
             + ")",
             field_path=".metadata.name",
             check=_name_fits,
+        ),
+        Rule(
+            cel="!has(self.spec.traffic) || !has(self.spec.traffic.cascade) || "
+            "!has(self.spec.traffic.cascade.tiers) || "
+            "self.spec.traffic.cascade.tiers.all(t, t.service != self.metadata.name)",
+            message="traffic.cascade.tiers may not name this service itself: a tier is a "
+            "cheaper service asked before this one",
+            field_path=".spec.traffic.cascade.tiers",
+            check=lambda s: all(
+                t.service != s.metadata.get("name") for t in s.spec.traffic.cascade.tiers
+            ),
+        ),
+        Rule(
+            cel="!has(self.spec.traffic) || !has(self.spec.traffic.degradation) || "
+            "!has(self.spec.traffic.degradation.service) || "
+            "self.spec.traffic.degradation.service != self.metadata.name",
+            message="traffic.degradation.service may not name this service itself: it is the "
+            "cheaper service that takes sheddable requests when this one is saturated",
+            field_path=".spec.traffic.degradation.service",
+            check=lambda s: (
+                s.spec.traffic.degradation.service != s.metadata.get("name")
+                or s.spec.traffic.degradation.service is None
+            ),
         ),
     )

@@ -25,6 +25,15 @@ DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 CONFIG_HASH = "llmfleet.dev/config-hash"
 """Pod-template annotation: hash of the runtime config, so a config change rolls the pods."""
 
+OPERATOR_ENV = {
+    "LLMFLEET_DRAIN_SECONDS": "the drain grace, which the pod's grace period is sized from",
+    "POD_IP": "the pod's address, for the KV-transfer side channel",
+    "POD_NAME": "the pod's name, in the launcher's log lines",
+    "POD_NAMESPACE": "the pod's namespace, in the launcher's log lines",
+}
+"""Environment variables the operator sets in every engine container (name -> what it is):
+`spec.runtime.env` may not name them (a container's env is a map keyed by name)."""
+
 ROLLOUT_PAUSE = "llmfleet.dev/rollout-pause"
 """Annotation: `"true"` holds a canary rollout at its step (no analysis, no step advanced);
 any other value or none resumes it."""

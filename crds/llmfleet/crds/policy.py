@@ -8,8 +8,19 @@ from typing import Annotated
 
 from pydantic import Field
 
+from llmfleet.crds import labels as L
 from llmfleet.crds._base import ApiModel, Rule
-from llmfleet.crds.spec import DNS_LABEL, MAX_EXACT_INTEGER, MAX_TOKENS
+from llmfleet.crds.spec import MAX_EXACT_INTEGER, MAX_TOKENS
+
+ServiceName = Annotated[
+    str, Field(pattern=L.SERVICE_NAME_PATTERN, max_length=L.SERVICE_NAME_MAX_LENGTH)
+]
+"""The name of another InferenceService: a name an InferenceService can have."""
+
+
+def _lower_ascii(text: str) -> str:
+    """CEL's `lowerAscii()`: only A-Z change."""
+    return text.translate(str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"))
 
 
 class CoalesceSpec(ApiModel):
@@ -17,6 +28,16 @@ class CoalesceSpec(ApiModel):
     """Serve identical in-flight requests of one tenant with one upstream call."""
     window_ms: Annotated[int, Field(ge=0, le=60_000)] = 0
     """How long a finished response may still answer an identical request (0: in-flight only)."""
+
+    rules = (
+        Rule(
+            cel="self.enabled || self.windowMs == 0",
+            message="coalesce.windowMs does nothing while coalesce.enabled is false: set "
+            "enabled: true, or remove windowMs",
+            field_path=".windowMs",
+            check=lambda c: c.enabled or c.window_ms == 0,
+        ),
+    )
 
 
 class DebounceMode(StrEnum):
@@ -36,7 +57,7 @@ class DebounceSpec(ApiModel):
     rules = (
         Rule(
             cel="self.delayMs <= self.windowMs",
-            message="debounce delayMs cannot exceed windowMs",
+            message="debounce delayMs cannot exceed windowMs (by default 5 and 300): set both",
             field_path=".delayMs",
             check=lambda d: d.delay_ms <= d.window_ms,
         ),
@@ -44,7 +65,7 @@ class DebounceSpec(ApiModel):
 
 
 class CascadeTier(ApiModel):
-    service: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    service: ServiceName
     """InferenceService (same namespace) of this tier, cheapest first."""
     escalate_below_confidence: Annotated[float, Field(gt=0, lt=1)] = 0.7
     """Escalate to the next tier when this tier's answer confidence is below this."""
@@ -75,12 +96,35 @@ class CascadeSpec(ApiModel):
     """Send probably-hard requests to the first cheap tier and this service at once; answer with
     the cheap answer when it is confident, else the other, and cancel the loser."""
 
+    rules = (
+        Rule(
+            cel="self.tiers.all(t, self.tiers.exists_one(u, u.service == t.service))",
+            message="cascade.tiers name each service once (a tier that failed or was unsure "
+            "would be asked again)",
+            field_path=".tiers",
+            check=lambda c: len({t.service for t in c.tiers}) == len(c.tiers),
+        ),
+        Rule(
+            cel="self.hardKeywords.all(k, "
+            "self.hardKeywords.exists_one(j, j.lowerAscii() == k.lowerAscii()))",
+            message="cascade.hardKeywords name each word once (they match in any case)",
+            field_path=".hardKeywords",
+            check=lambda c: len({_lower_ascii(k) for k in c.hard_keywords}) == len(c.hard_keywords),
+        ),
+        Rule(
+            cel="!self.hedge || size(self.tiers) > 0",
+            message="cascade.hedge needs a tier to hedge with: add cascade.tiers, or remove hedge",
+            field_path=".hedge",
+            check=lambda c: not c.hedge or len(c.tiers) > 0,
+        ),
+    )
+
 
 class DegradationSpec(ApiModel):
     enabled: bool = False
     """When this service's pool is saturated, send sheddable requests to a cheaper service (or
     answer them 429 when there is none) instead of queueing them behind critical traffic."""
-    service: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = None
+    service: ServiceName | None = None
     """The cheaper InferenceService (same namespace); default: the first cascade tier."""
     max_queue_depth: Annotated[float, Field(ge=0, le=100_000)] = 4
     """Saturated when the pool's engines have more waiting requests than this, on average."""
@@ -101,6 +145,16 @@ class LimitsSpec(ApiModel):
     partial_answers: bool = False
     """A non-streaming request that reaches `timeoutSeconds` gets what was generated so far
     (`finish_reason: "length"`, header `x-llmfleet-truncated: timeout`) instead of a 504."""
+
+    rules = (
+        Rule(
+            cel="!self.partialAnswers || has(self.timeoutSeconds)",
+            message="limits.partialAnswers acts at limits.timeoutSeconds: set timeoutSeconds, or "
+            "remove partialAnswers",
+            field_path=".partialAnswers",
+            check=lambda lim: not lim.partial_answers or lim.timeout_seconds is not None,
+        ),
+    )
 
 
 class TrafficSpec(ApiModel):
@@ -127,6 +181,20 @@ class TrafficSpec(ApiModel):
                 not t.degradation.enabled
                 or t.degradation.service is not None
                 or len(t.cascade.tiers) > 0
+            ),
+        ),
+        Rule(
+            cel="!has(self.debounce) || self.debounce.mode != 'LatestWins' || !has(self.limits) "
+            "|| !has(self.limits.timeoutSeconds) || "
+            "self.limits.timeoutSeconds * 1000.0 > double(self.debounce.delayMs)",
+            message="limits.timeoutSeconds must be longer than debounce.delayMs (5 ms by "
+            "default), which LatestWins holds every request for: raise timeoutSeconds or lower "
+            "delayMs",
+            field_path=".limits.timeoutSeconds",
+            check=lambda t: (
+                t.debounce.mode != DebounceMode.LATEST_WINS
+                or t.limits.timeout_seconds is None
+                or t.limits.timeout_seconds * 1000 > t.debounce.delay_ms
             ),
         ),
     )

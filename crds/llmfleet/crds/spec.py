@@ -10,9 +10,10 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from llmfleet.crds._base import ApiModel, Rule, defaulted
+from llmfleet.crds import labels as L
+from llmfleet.crds._base import ApiModel, Rule, cel_string, defaulted
 from llmfleet.crds.pod import (
     EnvFromSource,
     EnvVarSource,
@@ -35,11 +36,30 @@ LABEL_KEY = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 """A Kubernetes label key (or taint key): an optional DNS-subdomain prefix and `/`, then a name."""
+QUALIFIED_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+"""A label key with its name part's bound (63 characters); the prefix's (253) is checked apart."""
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 """A Kubernetes label value (or taint value), empty or at most 63 characters."""
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE, max_length=63)]
 PVC_SOURCE = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/]+)*/?$"
 """`pvc://<claim>[/<path>]`: a PersistentVolumeClaim name, then a path inside it."""
+_COMPONENT = "[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
+_HOST = "[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?"
+IMAGE_REFERENCE = (
+    f"^((localhost|{_HOST}([.]{_HOST})+)(:[0-9]+)?/|{_HOST}:[0-9]+/)?"
+    f"{_COMPONENT}(/{_COMPONENT})*"
+    "(:[A-Za-z0-9_][-A-Za-z0-9_.]{0,127})?"
+    "(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+"""An image reference as the kubelet parses it (the distribution reference grammar): an optional
+registry (with a dot or a port, or `localhost`), lowercase path components, a tag, a digest."""
+RENDERED_TEXT_MAX = 65_536
+"""Characters `runtime.env` values and `runtime.extraArgs` may hold together. The operator copies
+them into each pool's runtime config (a ConfigMap of at most 1 MiB, holding up to four pools'
+configs while a canary or a topology change runs) and into the status's stable spec."""
 
 
 class ModelSpec(ApiModel):
@@ -73,6 +93,16 @@ class ModelSpec(ApiModel):
                 m.source is None
                 or not m.source.startswith("pvc://")
                 or re.match(PVC_SOURCE, m.source) is not None
+            ),
+        ),
+        Rule(
+            cel="!has(self.source) || !self.source.startsWith('hf://') || "
+            "self.source == 'hf://' + self.name",
+            message="model.source hf://<repository> must be hf://<model.name>: the engine loads "
+            "model.name, so another repository here would be silently ignored",
+            field_path=".source",
+            check=lambda m: (
+                m.source is None or not m.source.startswith("hf://") or m.source == "hf://" + m.name
             ),
         ),
     )
@@ -134,6 +164,13 @@ class SpeculativeSpec(ApiModel):
 
     rules = (
         Rule(
+            cel="self.method != 'ngram' || !has(self.model)",
+            message="speculative method ngram proposes tokens from the prompt itself and takes "
+            "no model: remove speculative.model, or choose draft_model, eagle or eagle3",
+            field_path=".model",
+            check=lambda s: s.method != "ngram" or s.model is None,
+        ),
+        Rule(
             cel="!(self.method in ['draft_model', 'eagle', 'eagle3']) || has(self.model)",
             message="speculative method draft_model, eagle and eagle3 need a model",
             field_path=".model",
@@ -162,12 +199,22 @@ class EnvVar(ApiModel):
             field_path=".valueFrom",
             check=lambda v: v.value_from is None or v.value == "",
         ),
+        Rule(
+            cel="!(self.name in [" + ", ".join(cel_string(n) for n in L.OPERATOR_ENV) + "])",
+            message="env " + " and ".join(L.OPERATOR_ENV) + " are set by the operator in every "
+            "engine container: use another name",
+            field_path=".name",
+            check=lambda e: e.name not in L.OPERATOR_ENV,
+        ),
     )
 
 
 class RuntimeSpec(ApiModel):
-    image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
-    """Runtime image; llmfleet's tuned vLLM image of this release when unset."""
+    image: Annotated[str, Field(min_length=1, max_length=512, pattern=IMAGE_REFERENCE)] | None = (
+        None
+    )
+    """Runtime image (a reference the kubelet can pull: `registry:5000/org/name:tag@sha256:…`);
+    llmfleet's tuned vLLM image of this release when unset."""
     engine: Annotated[str, Field(pattern="^vllm$")] = "vllm"
     """Inference engine; only `vllm` today."""
     gpu: GpuSpec = defaulted(GpuSpec)
@@ -224,11 +271,38 @@ class RuntimeSpec(ApiModel):
         Rule(
             cel="!has(self.tensorParallel) || "
             "(self.tensorParallel <= self.gpu.count && self.gpu.count % self.tensorParallel == 0)",
-            message="tensorParallel must divide gpu.count (each pod has gpu.count GPUs)",
+            message="tensorParallel must divide gpu.count (each pod has gpu.count GPUs, 1 by "
+            "default): set runtime.gpu.count",
             field_path=".tensorParallel",
             check=lambda r: (
                 r.tensor_parallel is None
                 or (r.tensor_parallel <= r.gpu.count and r.gpu.count % r.tensor_parallel == 0)
+            ),
+        ),
+        Rule(
+            cel="!has(self.maxNumSeqs) || !has(self.chunkedPrefill) || "
+            "!has(self.chunkedPrefill.maxBatchedTokens) || "
+            "self.chunkedPrefill.maxBatchedTokens >= self.maxNumSeqs",
+            message="chunkedPrefill.maxBatchedTokens must be at least maxNumSeqs: every running "
+            "sequence decodes a token in each step (vLLM refuses to start otherwise)",
+            field_path=".chunkedPrefill.maxBatchedTokens",
+            check=lambda r: (
+                r.max_num_seqs is None
+                or r.chunked_prefill.max_batched_tokens is None
+                or r.chunked_prefill.max_batched_tokens >= r.max_num_seqs
+            ),
+        ),
+        Rule(
+            cel="self.env.map(e, has(e.value) ? size(e.value) : 0).sum() + "
+            "self.extraArgs.map(a, size(a)).sum() "
+            f"<= {RENDERED_TEXT_MAX}",
+            message=f"env values and extraArgs hold at most {RENDERED_TEXT_MAX} characters "
+            "together: the operator copies them into every pool's runtime config, a ConfigMap "
+            "the API server stores only up to 1 MiB",
+            field_path=".env",
+            check=lambda r: (
+                sum(len(e.value or "") for e in r.env) + sum(len(a) for a in r.extra_args)
+                <= RENDERED_TEXT_MAX
             ),
         ),
     )
@@ -280,9 +354,14 @@ class Toleration(ApiModel):
     )
 
 
+def _no_default(schema: dict[str, object]) -> None:
+    schema.pop("default", None)
+
+
 class PoolSpec(ApiModel):
-    replicas: Annotated[int, Field(ge=0, le=1000)] = 1
-    """Serving replicas when the autoscaler is off, and its starting point when on."""
+    replicas: Annotated[int, Field(ge=0, le=1000, json_schema_extra=_no_default)] = 1
+    """Serving replicas when the autoscaler is off, and its starting point when on. Unset: 1,
+    or `minReplicas` when that is higher (a default never contradicts a bound)."""
     min_replicas: Annotated[int, Field(ge=0, le=1000)] | None = None
     """Lowest replica count the autoscaler may choose. Unset, the autoscaler keeps 2 serving
     until the pool's load is measured light (nothing needed 2 for 30 minutes, nor for twice the
@@ -295,7 +374,30 @@ class PoolSpec(ApiModel):
     tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
     """Extra tolerations (the `nvidia.com/gpu` one is added for you)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas_follow_min_replicas(cls, data: object) -> object:
+        """An unset `replicas` is 1, or `minReplicas` when that is higher. The CRD has no default
+        for it, so the API server's rules see it unset, as here."""
+        if isinstance(data, dict) and "replicas" not in data:
+            low = data.get("minReplicas", data.get("min_replicas"))
+            if isinstance(low, int) and not isinstance(low, bool) and low > 1:
+                return {**data, "replicas": low}
+        return data
+
     rules = (
+        Rule(
+            cel=f"self.nodeSelector.all(k, k.matches({cel_string(QUALIFIED_KEY)}) && "
+            "(!k.contains('/') || k.indexOf('/') <= 253))",
+            message="nodeSelector keys are label keys: an optional DNS subdomain (at most 253 "
+            "characters) and '/', then a name of at most 63 (letters, digits, '-', '_', '.'; a "
+            "letter or digit at each end)",
+            field_path=".nodeSelector",
+            check=lambda p: all(
+                re.match(QUALIFIED_KEY, key) and ("/" not in key or key.index("/") <= 253)
+                for key in p.node_selector
+            ),
+        ),
         Rule(
             cel="!has(self.minReplicas) || !has(self.maxReplicas) || "
             "self.minReplicas <= self.maxReplicas",
@@ -306,13 +408,15 @@ class PoolSpec(ApiModel):
             ),
         ),
         Rule(
-            cel="!has(self.minReplicas) || self.minReplicas <= self.replicas",
+            cel="!has(self.minReplicas) || !has(self.replicas) || "
+            "self.minReplicas <= self.replicas",
             message="minReplicas must not exceed replicas",
             field_path=".minReplicas",
             check=lambda p: p.min_replicas is None or p.min_replicas <= p.replicas,
         ),
         Rule(
-            cel="!has(self.maxReplicas) || self.replicas <= self.maxReplicas",
+            cel="!has(self.maxReplicas) || !has(self.replicas) || "
+            "self.replicas <= self.maxReplicas",
             message="replicas must not exceed maxReplicas",
             field_path=".replicas",
             check=lambda p: p.max_replicas is None or p.replicas <= p.max_replicas,

@@ -1,7 +1,9 @@
 """Check InferenceService manifests as the API server would, and say what is wrong in a person's
 words, naming the field (pure: no I/O; `llmfleet validate` reads the files).
 
-The models are validated as the API server sees a manifest: its JSON, types strict (a string
+A manifest is read as kubectl sends it (`kubectl_yaml`), its labels and annotations checked as
+the API server checks any object's (`metadata`), and the models are validated as the API
+server sees a manifest: its JSON, types strict (a string
 is never a number or a boolean, `"30s"` is not 30), except that a whole number written as a
 float (`2.0`) counts as an integer, as it does for the API server. The CEL rules run as their
 Python twins, so a manifest that passes here passes admission, except for what only the cluster
@@ -21,6 +23,8 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from llmfleet.crds import kubectl_yaml
+from llmfleet.crds import metadata as meta
 from llmfleet.crds._base import RULE_ERROR
 from llmfleet.crds.inference_service import API_VERSION, GROUP, KIND, InferenceService
 
@@ -55,6 +59,7 @@ def problems(document: object) -> list[Problem]:
     metadata = document.get("metadata")
     if isinstance(metadata, dict) and not (metadata.get("name") or metadata.get("generateName")):
         found.append(Problem("metadata.name", "required: every InferenceService has a name"))
+    found += [Problem(path, message) for path, message in meta.problems(metadata)]
     # The API server ignores `status` in a manifest (the status subresource owns it).
     manifest = {key: value for key, value in document.items() if key != "status"}
     try:
@@ -153,21 +158,11 @@ def _kind_of(value: object) -> str:
     return _shown(value) if isinstance(value, dict | list) else f"a {type(value).__name__}"
 
 
-class _KubernetesYamlLoader(yaml.SafeLoader):
-    """YAML as kubectl reads it: a date or time stays a string (kubectl's YAML-to-JSON keeps
-    `2024-01-01` as text; PyYAML would make it a date)."""
-
-
-_KubernetesYamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
 def documents(text: str) -> Iterator[tuple[int, object]]:
-    """The documents of a YAML stream, numbered from 1 (an empty one is None). A YAML error is
-    raised (`yaml.YAMLError`) when the reading reaches it, after the documents before it."""
-    yield from enumerate(yaml.load_all(text, Loader=_KubernetesYamlLoader), 1)
+    """The documents of a YAML stream as kubectl sends them (`kubectl_yaml`), numbered from 1
+    (an empty one is None). A YAML error is raised (`yaml.YAMLError`) when the reading reaches
+    it, after the documents before it."""
+    return kubectl_yaml.documents(text)
 
 
 def yaml_error(error: yaml.YAMLError) -> str:

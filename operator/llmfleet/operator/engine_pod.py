@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmfleet.crds import InferenceService
+from llmfleet.crds import labels as L
 from llmfleet.crds.gpus import GPU_RESOURCE
 from llmfleet.operator.settings import OperatorSettings
 
@@ -52,7 +53,8 @@ of local ranks and vLLM's broadcast queue (a few hundred MiB at 8 GPUs), with ro
 CPU_PER_GPU = {"H100": 8, "H200": 8, "B200": 8, "A100": 8, "L4": 4}
 MEMORY_GIB_PER_GPU = {"H100": 64, "H200": 96, "B200": 96, "A100": 64, "L4": 24}
 
-OPERATOR_ENV = ("LLMFLEET_DRAIN_SECONDS", "POD_IP", "POD_NAME", "POD_NAMESPACE")
+OPERATOR_ENV = tuple(L.OPERATOR_ENV)
+"""What the operator tells the launcher; admission refuses these names in `runtime.env`."""
 """Env names the operator always sets itself; a spec's `runtime.env` cannot replace them."""
 
 

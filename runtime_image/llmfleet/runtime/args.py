@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from llmfleet.crds.engine_args import TypedFields
 from llmfleet.runtime import sizing
 from llmfleet.runtime.config import Role, RuntimeConfig
 from llmfleet.runtime.errors import ExitCode, LauncherError
 from llmfleet.runtime.gpu import Gpu
-from llmfleet.runtime.options import Option, Origin, merge, split_args
+from llmfleet.runtime.options import Option, Origin, merge
 
 CONNECTORS = ("NixlConnector", "LMCacheConnectorV1")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -215,21 +216,32 @@ def _features(config: RuntimeConfig, gpu: Gpu) -> list[Option]:
         options.append(_spec("--enforce-eager", None, "runtime.cudaGraphs"))
     else:
         # `cudaGraphs: true` asks for graphs, not for a level: any level >= 1 honours it, so
-        # the level stays a default that extraArgs may replace (_check_graphs refuses eager).
+        # the level stays a default that extraArgs may replace (engine_args refuses eager).
         reason = "full and piecewise CUDA graphs"
         options.append(Option("--optimization-level", (OPTIMIZATION_LEVEL,), reason=reason))
     return options
 
 
-def _check_graphs(config: RuntimeConfig, extra: list[Option]) -> None:
-    if not config.runtime.cuda_graphs:
-        return
-    for option in extra:
-        if option.flag == "--enforce-eager" or option.words() == ["--optimization-level", "0"]:
-            raise LauncherError(
-                ExitCode.CONFLICTING_ARGS,
-                f"extraArgs {' '.join(option.words())} contradicts runtime.cudaGraphs (true)",
-            )
+def typed_fields(config: RuntimeConfig, gpu: Gpu) -> TypedFields:
+    """What the config's typed fields set (and the pod's GPU count), for the checks of
+    extraArgs against them."""
+    rt, model = config.runtime, config.model
+    return TypedFields(
+        max_model_len=model.max_model_len,
+        revision=model.revision,
+        tensor_parallel=rt.tensor_parallel,
+        quantization=rt.quantization,
+        kv_cache_dtype=rt.kv_cache_dtype,
+        prefix_caching=rt.prefix_caching,
+        chunked_prefill=rt.chunked_prefill.enabled,
+        max_batched_tokens=rt.chunked_prefill.max_batched_tokens,
+        max_num_seqs=rt.max_num_seqs,
+        gpu_memory_utilization=rt.gpu_memory_utilization,
+        cuda_graphs=rt.cuda_graphs,
+        speculative=rt.speculative is not None,
+        kv_transfer=config.role is not Role.UNIFIED,
+        gpu_count=gpu.count,
+    )
 
 
 def _batching(config: RuntimeConfig, gpu: Gpu, tp: int) -> list[Option]:
@@ -306,9 +318,7 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         + load_options
     )
     decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
-    extra = split_args(list(config.runtime.extra_args))
-    _check_graphs(config, extra)
-    merged = merge(ours, extra, decisions)
+    merged = merge(ours, list(config.runtime.extra_args), typed_fields(config, gpu), decisions)
     for var in config.runtime.env:
         env[var.name] = var.value
     argv = ["vllm", "serve", to_load]

@@ -174,5 +174,10 @@ def plan_sizing(config: RuntimeConfig, gpu: Gpu, tp: int) -> Sizing:
         seqs, seqs_reason = config.runtime.max_num_seqs, "set in the spec"
     else:
         seqs, seqs_reason = max_num_seqs(config, gpu, tp)
+        budget = config.runtime.chunked_prefill.max_batched_tokens
+        if budget is not None and seqs > budget:
+            # vLLM refuses a step budget below max_num_seqs: the default follows the spec's.
+            seqs_reason += f"; lowered to the spec's maxBatchedTokens {budget}"
+            seqs = budget
     tokens, tokens_reason = max_batched_tokens(config, gpu, tp, seqs)
     return Sizing(seqs, seqs_reason, tokens, tokens_reason)

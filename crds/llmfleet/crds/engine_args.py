@@ -1,0 +1,334 @@
+"""`runtime.extraArgs` as the runtime launcher reads them, and every check on them that the spec
+alone decides (pure: no I/O).
+
+One module for three readers: the launcher splits and merges `extraArgs` with it (its checks are
+a last line), admission refuses the same specs (`engine_args_cel` renders each check as a CEL
+rule of the CRD from the tables below), and `llmfleet validate` runs the rules' Python twins,
+which are the checks here.
+
+How the launcher reads the words: a word that starts with `-` and a letter (or a second `-`) opens
+an option, the words after it (up to the next option) are its values. `--a_b=v` is `--a-b v`,
+`-O3` is `--optimization-level 3`, short aliases become their long names, and the old
+`--no-enable-x` / `--no-disable-x` spellings become `--disable-x` / `--enable-x`, as vLLM reads
+them. A *family* is every spelling of one setting (`-tp` and `--tensor_parallel_size`; the three
+switches of CUDA graphs): an extraArgs option replaces the launcher's default of its family and
+must agree with the spec's typed field that sets it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+OPTION = "^-[-A-Za-z]"
+"""An option word (RE2 and Python alike): `-` then a letter or `-`; `-1` and `-.5` are values."""
+ONE_WORD = "^-[-A-Za-z][^=]*[ \t\n\r]"
+"""An option word whose flag holds whitespace: a pasted `--max-num-seqs 128`."""
+INTEGER = "^[0-9]{1,18}$"
+SMALL_INTEGER = "^[0-9]{1,9}$"
+"""A parallel size: small enough that the product of two fits an int64 in CEL."""
+NUMBER = "^([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]{1,3})?$"
+
+ALIASES = {
+    "-tp": "--tensor-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-q": "--quantization",
+    "-sc": "--speculative-config",
+    "--device-memory-utilization": "--gpu-memory-utilization",
+    "-O": "--optimization-level",
+}
+GROUPS = {
+    "--enable-prefix-caching": "prefix-caching",
+    "--disable-prefix-caching": "prefix-caching",
+    "--enable-chunked-prefill": "chunked-prefill",
+    "--disable-chunked-prefill": "chunked-prefill",
+    "--enforce-eager": "cuda-graphs",
+    "--no-enforce-eager": "cuda-graphs",
+    "--optimization-level": "cuda-graphs",
+}
+"""Options that set the same thing: one of each group at most."""
+REFUSED = {"--disable-log-stats": "the launcher's drain and the autoscaler read engine metrics"}
+LAUNCHER_OWNED = {
+    "--host": "the launcher binds the pod's address",
+    "--port": "the pool Services target the engine's port",
+    "--served-model-name": "set model.servedName",
+    "--shutdown-timeout": "the launcher drains before it stops the engine",
+    "--model": "set model.name (the launcher passes it as vllm serve's model)",
+}
+"""Options only the launcher sets (it refuses them in extraArgs)."""
+
+
+class ArgsError(ValueError):
+    """extraArgs the launcher refuses; the message names the words."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One option of extraArgs with its values."""
+
+    flag: str
+    """As vLLM reads it: long name, dashes, the new negation spelling."""
+    values: tuple[str, ...]
+    written: str
+    """The flag as written, underscores read as dashes (`--no-enable-x` stays so)."""
+
+    @property
+    def key(self) -> str:
+        """Options with one key set the same thing; a family's key is its group or long name."""
+        family = GROUPS.get(self.flag, self.flag)
+        return family if family in FAMILY_KEYS else self.written
+
+    def words(self) -> list[str]:
+        return [self.flag, *self.values]
+
+
+def is_option(word: str) -> bool:
+    return re.match(OPTION, word) is not None
+
+
+def _flag(word: str) -> tuple[str, str, list[str]]:
+    """(vLLM's flag, the flag as written, inline values) of an option word."""
+    flag, eq, value = word.partition("=")
+    if flag.startswith("--"):
+        flag = "--" + flag[2:].replace("_", "-")
+        written = flag
+        for old, new in (("--no-enable-", "--disable-"), ("--no-disable-", "--enable-")):
+            if flag.startswith(old):
+                flag = new + flag.removeprefix(old)
+    else:
+        if flag.startswith("-O") and len(flag) > 2:
+            flag, value, eq = "-O", flag[2:], "="
+        written = flag
+    return ALIASES.get(flag, flag), written, [value] if eq else []
+
+
+def split(words: Iterable[str]) -> list[Arg]:
+    """Group the words into options (see the module docstring)."""
+    options: list[tuple[str, str, list[str]]] = []
+    for word in words:
+        if is_option(word):
+            options.append(_flag(word))
+        elif not options:
+            raise ArgsError(f"extraArgs must start with an option, not {word!r}")
+        else:
+            options[-1][2].append(word)
+    return [Arg(flag, tuple(values), written) for flag, written, values in options]
+
+
+# --- The families and their spellings (the CEL rules match words with these) ---------------
+
+
+def _long(flag: str) -> str:
+    """A long flag's spellings as a regex: `-` or `_` between its words."""
+    return "--" + "[-_]".join(flag[2:].split("-"))
+
+
+def spellings(flag: str) -> list[str]:
+    """Regexes of every flag part that reads as `flag` (before `=`)."""
+    found = [_long(flag)] if flag.startswith("--") else [flag]
+    for new, old in (("--disable-", "--no-enable-"), ("--enable-", "--no-disable-")):
+        if flag.startswith(new):
+            found.append(_long(old + flag.removeprefix(new)))
+    found += [
+        _long(alias) if alias.startswith("--") else alias
+        for alias, target in ALIASES.items()
+        if target == flag and alias != "-O"
+    ]
+    return found
+
+
+def word_regex(flags: Iterable[str]) -> str:
+    """A regex matching every option word (with or without `=value`) that reads as one of
+    `flags`; `-O…` is `--optimization-level`."""
+    flags = list(flags)
+    parts = [spelling for flag in flags for spelling in spellings(flag)]
+    with_o = "|-O.*" if "--optimization-level" in flags else ""
+    return "^((" + "|".join(parts) + ")(=.*)?" + with_o + ")$"
+
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    **{group: tuple(f for f, g in GROUPS.items() if g == group) for group in set(GROUPS.values())},
+    **{target: (target,) for target in set(ALIASES.values()) if target not in GROUPS},
+}
+"""Key -> the flags that set it, for every setting with several spellings."""
+FAMILY_KEYS = frozenset(FAMILIES)
+
+
+# --- Checks on the words against the spec's typed fields -----------------------------------
+
+
+@dataclass(frozen=True)
+class TypedFields:
+    """What the spec's typed fields set on the command line (None: unset, the launcher's
+    default or vLLM's applies)."""
+
+    max_model_len: int | None = None
+    revision: str | None = None
+    tensor_parallel: int | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    prefix_caching: bool | None = None
+    chunked_prefill: bool = True
+    max_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float | None = None
+    cuda_graphs: bool | None = None
+    speculative: bool = False
+    kv_transfer: bool = False
+    gpu_count: int = 1
+    """GPUs in each pod (`runtime.gpu.count`)."""
+    """A prefill or decode pool: the launcher writes `--kv-transfer-config`."""
+
+
+@dataclass(frozen=True)
+class Owned:
+    """A flag a typed field sets when the spec sets it: extraArgs may repeat it, with the same
+    value, but not contradict it."""
+
+    flag: str
+    spec_field: str
+    """As the launcher names it, e.g. `runtime.tensorParallel`."""
+    cel: str
+    """The field in CEL, from the spec's root, e.g. `self.runtime.tensorParallel`."""
+    kind: str
+    """int, number, string (one value compared), json (never the same: set it in one place)."""
+    value: Callable[[TypedFields], object]
+
+
+OWNED = (
+    Owned("--max-model-len", "model.maxModelLen", "self.model.maxModelLen", "int",
+          lambda f: f.max_model_len),
+    Owned("--revision", "model.revision", "self.model.revision", "string", lambda f: f.revision),
+    Owned("--tensor-parallel-size", "runtime.tensorParallel", "self.runtime.tensorParallel",
+          "int", lambda f: f.tensor_parallel),
+    Owned("--quantization", "runtime.quantization", "self.runtime.quantization", "string",
+          lambda f: f.quantization),
+    Owned("--kv-cache-dtype", "runtime.kvCacheDtype", "self.runtime.kvCacheDtype", "string",
+          lambda f: f.kv_cache_dtype),
+    Owned("--max-num-batched-tokens", "runtime.chunkedPrefill.maxBatchedTokens",
+          "self.runtime.chunkedPrefill.maxBatchedTokens", "int", lambda f: f.max_batched_tokens),
+    Owned("--max-num-seqs", "runtime.maxNumSeqs", "self.runtime.maxNumSeqs", "int",
+          lambda f: f.max_num_seqs),
+    Owned("--gpu-memory-utilization", "runtime.gpuMemoryUtilization",
+          "self.runtime.gpuMemoryUtilization", "number", lambda f: f.gpu_memory_utilization),
+    Owned("--speculative-config", "runtime.speculative", "self.runtime.speculative", "json",
+          lambda f: True if f.speculative else None),
+)  # fmt: skip
+"""The value options typed fields own (switches are below: prefix caching, chunked prefill,
+CUDA graphs; and `--kv-transfer-config`, which a Disaggregated topology owns)."""
+
+
+def _one_value(values: tuple[str, ...], kind: str, wanted: object) -> bool:
+    if len(values) != 1:
+        return False
+    (value,) = values
+    if kind == "int":
+        return re.match(INTEGER, value) is not None and int(value) == wanted
+    if kind == "number":
+        return re.match(NUMBER, value) is not None and float(value) == wanted
+    return kind == "string" and value == wanted
+
+
+def _switches(fields: TypedFields) -> list[tuple[str, str, str]]:
+    """(family, the one flag the spec sets in it, the field and its value in words)."""
+    found = []
+    if fields.prefix_caching is not None:
+        on = fields.prefix_caching
+        flag = "--enable-prefix-caching" if on else "--disable-prefix-caching"
+        found.append(("prefix-caching", flag, f"runtime.prefixCaching ({str(on).lower()})"))
+    if not fields.chunked_prefill:
+        found.append(
+            ("chunked-prefill", "--disable-chunked-prefill", "runtime.chunkedPrefill.enabled")
+        )
+    if fields.cuda_graphs is False:
+        found.append(("cuda-graphs", "--enforce-eager", "runtime.cudaGraphs (false)"))
+    return found
+
+
+def contradiction(arg: Arg, fields: TypedFields) -> str | None:
+    """Why `arg` contradicts a typed field the spec sets (None: it does not)."""
+    given = " ".join(arg.words())
+    for owned in OWNED:
+        wanted = owned.value(fields)
+        agrees = _one_value(arg.values, owned.kind, wanted)
+        if wanted is not None and arg.flag == owned.flag and not agrees:
+            return f"extraArgs {given} contradicts {owned.spec_field} ({wanted})"
+    if fields.kv_transfer and arg.flag == "--kv-transfer-config":
+        return f"extraArgs {given} contradicts kvTransfer.connector: set it there"
+    for family, flag, field_name in _switches(fields):
+        if arg.key == family and arg.words() != [flag]:
+            return f"extraArgs {given} contradicts {field_name}"
+    eager = arg.flag == "--enforce-eager" or arg.words() == ["--optimization-level", "0"]
+    if fields.cuda_graphs and eager:
+        return (
+            f"extraArgs {given} contradicts runtime.cudaGraphs (true, its default): "
+            "set runtime.cudaGraphs: false for eager mode"
+        )
+    return None
+
+
+def problems(words: list[str], fields: TypedFields) -> list[str]:
+    """Everything the launcher refuses in `words` given the spec's typed fields, in its words,
+    the first first ([]: the launcher accepts them)."""
+    found: list[str] = []
+    try:
+        args = split(words)
+    except ArgsError as error:
+        found.append(str(error))
+        args = split(words[next((i for i, w in enumerate(words) if is_option(w)), len(words)) :])
+    found += [
+        f"extraArgs {word!r} is several words: give the option and its value as separate items"
+        for word in words
+        if re.match(ONE_WORD, word)
+    ]
+    seen: dict[str, Arg] = {}
+    for arg in args:
+        if arg.flag in REFUSED:
+            found.append(f"extraArgs {arg.flag} is refused: {REFUSED[arg.flag]}")
+        if arg.flag in LAUNCHER_OWNED:
+            found.append(
+                f"extraArgs {' '.join(arg.words())}: {arg.flag} is set by the launcher "
+                f"({LAUNCHER_OWNED[arg.flag]})"
+            )
+        if arg.key in seen:
+            found.append(
+                f"extraArgs set {' '.join(seen[arg.key].words())} and {' '.join(arg.words())}"
+            )
+        seen.setdefault(arg.key, arg)
+        reason = contradiction(arg, fields)
+        if reason:
+            found.append(reason)
+    reason = parallelism(args, fields)
+    if reason:
+        found.append(reason)
+    return found
+
+
+TENSOR_PARALLEL, DATA_PARALLEL = "--tensor-parallel-size", "--data-parallel-size"
+
+
+def _size(arg: Arg) -> int | None:
+    """A parallel size given in extraArgs: its first value, when a small whole number."""
+    value = arg.values[0] if arg.values else ""
+    return int(value) if re.match(SMALL_INTEGER, value) else None
+
+
+def parallelism(args: list[Arg], fields: TypedFields) -> str | None:
+    """Why the parallel sizes extraArgs give need more GPUs than a pod has (vLLM fails to start
+    when tensor x data parallel exceeds them); None when they fit, as far as checked: `-tp t`
+    needs t GPUs; `-dp d` needs d x the tensor-parallel size, which is `tensorParallel` (the GPU
+    count when unset), or 1 when extraArgs set `-tp` too (their product is not checked: a CEL
+    rule that multiplies two options of the list exceeds the API server's cost budget)."""
+    count = fields.gpu_count
+    tensor = [size for a in args if a.flag == TENSOR_PARALLEL and (size := _size(a)) is not None]
+    data = [size for a in args if a.flag == DATA_PARALLEL and (size := _size(a)) is not None]
+    given_tp = any(a.flag == TENSOR_PARALLEL for a in args)
+    base = 1 if given_tp else fields.tensor_parallel or count
+    over = [t for t in tensor if t > count] + [d * base for d in data if d * base > count]
+    if over:
+        return (
+            f"extraArgs ask for {over[0]} GPUs (tensor x data parallel) but a pod has "
+            f"{count} (runtime.gpu.count)"
+        )
+    return None

@@ -1,0 +1,73 @@
+"""The CEL rules of extraArgs read words as the launcher does: each family's regex (what the
+rules match words with) holds exactly the words `engine_args.split` reads as one of its flags,
+and the rules refuse exactly when the launcher's checks find a problem (the property test in
+tests/runtime runs them through admission and the launcher's plan)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmfleet.crds import engine_args, engine_args_cel
+from llmfleet.crds.engine_args import FAMILIES, LAUNCHER_OWNED, REFUSED, split, word_regex
+
+PARTS = ["-", "--", "no-", "no_", "enable-", "disable_", "tensor", "-parallel", "_size", "tp",
+         "dp", "q", "sc", "O", "O0", "O3", "optimization", "-level", "enforce", "_eager",
+         "prefix", "-caching", "chunked_", "prefill", "host", "port", "served-model-name",
+         "model", "shutdown-timeout", "disable-log-stats", "gpu-memory-utilization",
+         "device-memory-utilization", "=", "=1", "x"]  # fmt: skip
+words = (
+    st.lists(st.sampled_from(PARTS), min_size=1, max_size=5)
+    .map("".join)
+    .filter(engine_args.is_option)
+)
+FLAG_SETS = [*FAMILIES.values(), tuple(LAUNCHER_OWNED), tuple(REFUSED)]
+
+
+@pytest.mark.parametrize("flags", FLAG_SETS, ids=[",".join(flags) for flags in FLAG_SETS])
+@given(word=words)
+def test_a_familys_regex_holds_the_words_the_launcher_reads_as_it(
+    flags: tuple[str, ...], word: str
+) -> None:
+    [arg] = split([word])
+    assert (re.fullmatch(word_regex(flags), word) is not None) == (arg.flag in flags), arg
+
+
+@pytest.mark.parametrize(
+    ("words", "flags"),
+    [
+        pytest.param(["--tensor_parallel_size=2"], ["--tensor-parallel-size"], id="underscores"),
+        pytest.param(["-tp", "2"], ["--tensor-parallel-size"], id="alias"),
+        pytest.param(["--no_enable_prefix_caching"], ["--disable-prefix-caching"], id="negation"),
+        pytest.param(["-O3"], ["--optimization-level"], id="dash-O-level"),
+        pytest.param(["--device_memory_utilization"], ["--gpu-memory-utilization"], id="alias-2"),
+    ],
+)
+def test_spellings_read_as_their_flag(words: list[str], flags: list[str]) -> None:
+    assert [arg.flag for arg in split(words)] == flags
+    assert re.fullmatch(word_regex(flags), words[0])
+
+
+def test_every_problem_of_the_launcher_has_a_rule() -> None:
+    """Each problem `engine_args.problems` can report is one some admission rule stands for."""
+    fields = engine_args.TypedFields(
+        max_model_len=2048, revision="main", tensor_parallel=1, quantization="awq",
+        kv_cache_dtype="auto", prefix_caching=True, chunked_prefill=False, max_batched_tokens=512,
+        max_num_seqs=64, gpu_memory_utilization=0.9, cuda_graphs=True, speculative=True,
+        kv_transfer=True,
+    )  # fmt: skip
+    samples = [["x"], ["--a b"], ["--disable-log-stats"], ["--port", "1"], ["-q", "awq", "-q"],
+               ["--max-model-len", "1"], ["--revision", "x"], ["-tp", "2"], ["-q", "fp8"],
+               ["--kv-cache-dtype", "fp8"], ["--max-num-batched-tokens", "1"],
+               ["--max-num-seqs", "1"], ["--gpu-memory-utilization", "0.5"], ["-sc", "{}"],
+               ["--kv-transfer-config", "{}"], ["--disable-prefix-caching"],
+               ["--enable-chunked-prefill"], ["--enforce-eager"], ["-O0"]]  # fmt: skip
+    rules = engine_args_cel.rules()
+    for sample in samples:
+        found = engine_args.problems(sample, fields)
+        assert found, sample
+        for problem in found:
+            assert any(rule.refuses(problem) for rule in rules), problem
