@@ -66,10 +66,17 @@ def start_system(state: Path, *extra: str) -> LocalSystem:
     return local
 
 
-@pytest.fixture(scope="session")
-def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    local = start_system(tmp_path_factory.mktemp("state"))
+def running_system(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str
+) -> Iterator[LocalSystem]:
+    """A fixture's body: a system of its own (`start_system` with `extra`), stopped after."""
+    local = start_system(tmp_path_factory.mktemp(name), *extra)
     try:
         yield local
     finally:
         local.down()
+
+
+@pytest.fixture(scope="session")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
+    yield from running_system(tmp_path_factory, "state")

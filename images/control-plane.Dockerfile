@@ -18,8 +18,8 @@ RUN groupadd --gid 10001 llmfleet \
 # A venv without pip of its own: pip runs from Debian's bundled wheel.
 RUN python3 -m venv --without-pip /opt/llmfleet
 # pyproject.toml's dependencies, as written there.
-RUN /opt/llmfleet/bin/python /usr/share/python-wheels/pip-*.whl/pip install --no-cache-dir \
-        --no-compile \
+RUN wheel=$(ls /usr/share/python-wheels/pip-*.whl) \
+    && /opt/llmfleet/bin/python "$wheel/pip" install --no-cache-dir --no-compile \
         'typer>=0.12' \
         'rich>=13' \
         'pydantic>=2.7' \
@@ -45,8 +45,8 @@ COPY operator/llmfleet /src/operator/llmfleet/
 COPY gateway/llmfleet /src/gateway/llmfleet/
 COPY autoscaler/llmfleet/autoscaler/*.py /src/autoscaler/llmfleet/autoscaler/
 COPY runtime_image/llmfleet/runtime /src/runtime_image/llmfleet/runtime/
-RUN /opt/llmfleet/bin/python /usr/share/python-wheels/pip-*.whl/pip install --no-cache-dir \
-        --no-compile --no-deps /src \
+RUN wheel=$(ls /usr/share/python-wheels/pip-*.whl) \
+    && /opt/llmfleet/bin/python "$wheel/pip" install --no-cache-dir --no-compile --no-deps /src \
     && rm -rf /src \
     && /opt/llmfleet/bin/python -m compileall -q --invalidation-mode unchecked-hash /opt/llmfleet/lib
 USER 10001:10001

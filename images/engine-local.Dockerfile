@@ -26,8 +26,8 @@ RUN groupadd --gid 10001 llmfleet \
         --shell /usr/sbin/nologin llmfleet
 RUN python3 -m venv --without-pip /opt/llmfleet
 # The launcher's own dependencies (LAUNCHER_REQUIREMENTS).
-RUN /opt/llmfleet/bin/python /usr/share/python-wheels/pip-*.whl/pip install --no-cache-dir \
-        --no-compile \
+RUN wheel=$(ls /usr/share/python-wheels/pip-*.whl) \
+    && /opt/llmfleet/bin/python "$wheel/pip" install --no-cache-dir --no-compile \
         'typer>=0.12' \
         'rich>=13' \
         'pydantic>=2.7' \
@@ -42,8 +42,8 @@ COPY core/llmfleet/core/*.py /src/core/llmfleet/core/
 COPY core/llmfleet/core/local/__init__.py /src/core/llmfleet/core/local/
 COPY core/llmfleet/core/local/engines.py /src/core/llmfleet/core/local/
 COPY runtime_image/llmfleet/runtime /src/runtime_image/llmfleet/runtime/
-RUN /opt/llmfleet/bin/python /usr/share/python-wheels/pip-*.whl/pip install --no-cache-dir \
-        --no-compile --no-deps /src \
+RUN wheel=$(ls /usr/share/python-wheels/pip-*.whl) \
+    && /opt/llmfleet/bin/python "$wheel/pip" install --no-cache-dir --no-compile --no-deps /src \
     && rm -rf /src \
     && /opt/llmfleet/bin/python -m compileall -q --invalidation-mode unchecked-hash /opt/llmfleet/lib
 COPY --from=simulator /out/llm-d-inference-sim /usr/local/bin/llm-d-inference-sim

@@ -102,6 +102,8 @@ def web_pod(name: str, node: str, command: str) -> dict[str, Any]:
                     },
                     "lifecycle": {"preStop": {"exec": {"command": ["/bin/busybox", "sleep", "2"]}}},
                     "resources": {"limits": {"memory": "64Mi", "cpu": "200m"}},
+                    # Writable, and kept across the container's restarts (the root is not).
+                    "volumeMounts": [{"name": "state", "mountPath": "/state"}],
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "readOnlyRootFilesystem": True,
@@ -109,8 +111,20 @@ def web_pod(name: str, node: str, command: str) -> dict[str, Any]:
                     },
                 }
             ],
+            "volumes": [{"name": "state", "emptyDir": {}}],
         },
     }
+
+
+def start_web_pod(
+    kube: Kube, cluster: LocalCluster, ns: str, name: str, command: str, *, token: str = "x"
+) -> None:
+    """`web_pod` in a fresh restricted namespace `ns` with its Secret; returns once Ready."""
+    restricted_namespace(kube, ns)
+    kube.kubectl("create", "secret", "generic", "token", "-n", ns, f"--from-literal=value={token}")
+    manifest = web_pod(name, cluster.real_node().name, command)
+    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
+    kube.wait_for(lambda: ready(kube, ns, name), 60, f"pod {name} Ready on the real node")
 
 
 def pod(kube: Kube, ns: str, name: str) -> dict[str, Any]:
@@ -148,17 +162,13 @@ def test_the_node_is_real_and_kwok_leaves_it_alone(real: tuple[LocalCluster, Kub
 
 def test_a_restricted_pod_runs_for_real(real: tuple[LocalCluster, Kube]) -> None:
     cluster, kube = real
-    node = cluster.real_node().name
-    ns = restricted_namespace(kube, "restricted")
-    kube.kubectl(
-        "create", "secret", "generic", "token", "-n", ns, f"--from-literal=value={SECRET_VALUE}"
-    )
     command = (
         'echo "token has $(echo -n $TOKEN | /bin/busybox wc -c) bytes"; '
         "exec /bin/busybox httpd -f -p 8080 -h /www"
     )
-    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(web_pod("web", node, command)))
-    kube.wait_for(lambda: ready(kube, ns, "web"), 60, "pod web Ready on the real node")
+    ns = "restricted"
+    start_web_pod(kube, cluster, ns, "web", command, token=SECRET_VALUE)
+    node = cluster.real_node().name
     status = pod(kube, ns, "web")
     assert status["spec"]["nodeName"] == node
     assert ipaddress.ip_address(status["status"]["podIP"]) in ipaddress.ip_network(POD_SUBNET)
@@ -180,18 +190,14 @@ def test_a_killed_container_is_restarted_and_not_ready_meanwhile(
     real: tuple[LocalCluster, Kube],
 ) -> None:
     cluster, kube = real
-    node = cluster.real_node().name
-    ns = restricted_namespace(kube, "restarts")
-    kube.kubectl("create", "secret", "generic", "token", "-n", ns, "--from-literal=value=x")
+    ns = "restarts"
     # The server is not the container's first process, so killing it ends the container; the
-    # restarted container waits 3 s before serving, long enough to see it not Ready.
+    # restarted container waits 5 s before serving, long enough to see it not Ready.
     command = (
-        "/bin/busybox sleep $([ -e /tmp/started ] && echo 3 || echo 0); "
-        "/bin/busybox httpd -f -p 8080 -h /www; exit 1"
+        "if [ -e /state/started ]; then /bin/busybox sleep 5; fi; /bin/busybox touch "
+        "/state/started; /bin/busybox httpd -f -p 8080 -h /www; exit 1"
     )
-    manifest = web_pod("flaky", node, command)
-    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
-    kube.wait_for(lambda: ready(kube, ns, "flaky"), 60, "pod flaky Ready")
+    start_web_pod(kube, cluster, ns, "flaky", command)
     # busybox's applets all run as `busybox`: find the server by its command line.
     kill = (
         "for d in /proc/[0-9]*; do /bin/busybox tr '\\0' ' ' < $d/cmdline | "
@@ -211,12 +217,8 @@ def test_pods_reach_the_api_server_through_the_kubernetes_service(
     real: tuple[LocalCluster, Kube],
 ) -> None:
     cluster, kube = real
-    node = cluster.real_node().name
-    ns = restricted_namespace(kube, "service")
-    kube.kubectl("create", "secret", "generic", "token", "-n", ns, "--from-literal=value=x")
-    manifest = web_pod("client", node, "exec /bin/busybox httpd -f -p 8080 -h /www")
-    kube.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
-    kube.wait_for(lambda: ready(kube, ns, "client"), 60, "pod client Ready")
+    ns = "service"
+    start_web_pod(kube, cluster, ns, "client", "exec /bin/busybox httpd -f -p 8080 -h /www")
     service_ip = kube.get("service", "kubernetes", "-n", "default")["spec"]["clusterIP"]
 
     def connects() -> bool:

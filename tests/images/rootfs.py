@@ -48,3 +48,15 @@ def run_in(
                "image", str(root), user, "env", "-i", *(f"{k}={v}" for k, v in env.items()),
                *argv]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def start_in(
+    root: Path, argv: Sequence[str], *, user: str, env: Mapping[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """`argv` started in the image's root (as `run_in` runs it); its pid is the command's own
+    (each step execs the next), so a signal reaches it as a kubelet's would."""
+    command = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", SCRIPT,
+               "image", str(root), user, "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+               *argv]  # fmt: skip
+    with log.open("wb") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)

@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from llmfleet.core.images import builder
 from llmfleet.core.images.recipe import (
@@ -21,6 +22,7 @@ from llmfleet.core.images.recipe import (
     ExternalBase,
     Recipe,
 )
+from llmfleet.operator.settings import OperatorSettings
 from tests.images import dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,3 +124,15 @@ def test_the_reference_is_tagged_with_the_package_version(recipe: Recipe) -> Non
     reference = recipe.reference(version)
     assert reference.startswith("ghcr.io/llmfleet/")
     assert re.fullmatch(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}", reference.rsplit(":", 1)[1])
+
+
+def test_the_operators_default_engine_image_is_the_runtime_image() -> None:
+    version = PYPROJECT["project"]["version"]
+    assert OperatorSettings().runtime_image == RECIPES["runtime"].reference(version)
+
+
+def test_the_charts_image_is_the_control_plane_image() -> None:
+    """The chart's tag defaults to its appVersion, the package version (tests/chart checks)."""
+    values = yaml.safe_load((REPO / "charts" / "llmfleet" / "values.yaml").read_text())
+    assert values["image"]["repository"] == RECIPES["control-plane"].repository
+    assert values["image"]["tag"] == ""

@@ -4,6 +4,7 @@ prefix caching carried over and `LLMFLEET_LOCAL_ENGINE_ARGS` appended last."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import pytest
@@ -11,12 +12,12 @@ import pytest
 from llmfleet.core.local.engines import COLD_START_SECONDS, ROLE_LATENCY
 from llmfleet.core.vllm_shim import ShimError, translate
 
-SERVE = (
+SERVE = shlex.split(
     "serve meta-llama/Llama-3.1-8B-Instruct --host 0.0.0.0 --port 8000 --served-model-name llama "
     "--shutdown-timeout 0 --tensor-parallel-size 1 --kv-cache-dtype fp8 --enable-prefix-caching "
     "--gpu-memory-utilization 0.9 --optimization-level 2 --enable-chunked-prefill "
     "--max-num-seqs 64"
-).split()
+)
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 

@@ -94,8 +94,8 @@ def test_env_and_status_of_a_cluster_that_is_not_running(isolated_env: dict[str,
 
 
 def test_build_rejects_unknown_tools(isolated_env: dict[str, str]) -> None:
-    result = llmfleet("cluster", "build", "kubelet", env=isolated_env)
-    assert_one_line_error(result, "unknown tool(s) kubelet")
+    result = llmfleet("cluster", "build", "docker", env=isolated_env)
+    assert_one_line_error(result, "unknown tool(s) docker")
 
 
 def test_a_component_that_cannot_load_breaks_only_its_own_command() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmfleet.core import loopback
-from llmfleet.core.local import engines, layout, podnet, podrunner
+from llmfleet.core.local import chart, engines, kubelet_targets, layout, podnet, podrunner
 
 
 def config(role: str = "unified", **runtime: Any) -> dict[str, Any]:
@@ -198,3 +198,85 @@ def test_namespace_networks_widen_the_guard_only_where_set() -> None:
         loopback.LoopbackGuard(True, also=()).check("10.0.0.7", 8000)
     with pytest.raises(ValueError, match=loopback.NETWORKS_ENV):
         loopback.namespace_networks({loopback.NETWORKS_ENV: "10.0.0.0/33"})
+
+
+# -- with a real node (`llmfleet up --real-node`) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("candidate", "kubelet_runs"),
+    [
+        (pod(ip="198.18.0.7"), True),
+        (pod(ip="10.0.0.5"), False),  # on a fake node: the pod runner runs it
+        (pod(ip="198.18.0.7", phase="Pending"), False),
+        (pod(ip="198.18.0.7", deleting=True), False),
+        (pod(ip=None), False),
+    ],
+    ids=["real-node", "fake-node", "pending", "deleting", "no-ip"],
+)
+def test_only_running_pods_on_the_real_nodes_bridge_are_the_kubelets(
+    candidate: NS, kubelet_runs: bool
+) -> None:
+    assert kubelet_targets.on_real_node(candidate) is kubelet_runs
+    # ...and the pod runner never starts an engine for a pod the kubelet runs.
+    if kubelet_runs:
+        assert podrunner.pod_view(candidate) is None
+
+
+def test_the_real_nodes_engines_are_scraped_with_the_runners_labels() -> None:
+    groups = kubelet_targets.engine_groups(
+        [pod(ip="198.18.0.7"), pod(ip="10.0.0.5")], podrunner._target_labels
+    )
+    assert groups == [
+        {
+            "targets": ["198.18.0.7:8000"],
+            "labels": {
+                "namespace": "default",
+                "pod": "chat-unified-abc",
+                "llmfleet_dev_service": "chat",
+                "llmfleet_dev_pool": "unified",
+                "revision": "h1",
+            },
+        }
+    ]
+
+
+def test_component_pods_are_scraped_on_their_metrics_and_admin_ports() -> None:
+    gateway = pod(ip="198.18.0.3")
+    gateway.metadata.labels = {kubelet_targets.COMPONENT_LABEL: "gateway"}
+    gateway.spec.containers[0].ports = [
+        NS(name="http", container_port=8080),
+        NS(name="admin", container_port=8090),
+    ]
+    assert kubelet_targets.component_groups([gateway]) == [
+        {
+            "targets": ["198.18.0.3:8090"],
+            "labels": {"component": "gateway", "pod": "chat-unified-abc"},
+        }
+    ]
+
+
+def test_prometheus_reads_the_component_pods_from_a_file_with_a_real_node() -> None:
+    paths, ports = layout.Paths(Path("/state")), layout.Ports()
+    config = layout.prometheus_config(paths, ports, real_node=True)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["llmfleet"]["file_sd_configs"][0]["files"] == [str(paths.component_targets)]
+    assert jobs["engines"]["file_sd_configs"][0]["files"] == [str(paths.engine_targets)]
+
+
+def test_the_chart_on_the_real_node_runs_the_built_images_and_is_never_pulled() -> None:
+    values = chart.real_node_values(
+        layout.Ports(prometheus=19090),
+        {"control-plane": "ghcr.io/llmfleet/llmfleet:1.2.3", "engine-local": "e.local/engine:1"},
+    )
+    assert values["image"] == {
+        "repository": "ghcr.io/llmfleet/llmfleet", "tag": "1.2.3", "pullPolicy": "Never",
+    }  # fmt: skip
+    operator = values["operator"]
+    assert isinstance(operator, dict)
+    assert operator["settings"]["runtimeImage"] == "e.local/engine:1"
+    assert operator["prometheusUrl"] == "http://192.0.2.200:19090"
+    assert values["loopbackOnly"] is False
+    for name in chart.RESTRICTED_NAMESPACES:
+        labels = chart.namespace(name)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"

@@ -79,7 +79,7 @@ def test_only_a_real_node_opens_the_api_server_to_its_pods() -> None:
     spec = ClusterSpec("c", (NodePool("H100", 1),), 6443, real_node=True)
     options = kwokctl_config(spec, LocalCluster.binaries(), Path("/pki"))["options"]
     sans = options["kubeApiserverCertSANs"]
-    assert sans == ["10.0.0.1", netns.ADVERTISE_ADDRESS]
+    assert sans == ["10.96.0.1", netns.ADVERTISE_ADDRESS]
 
 
 def _link(name: str, kind: str, master: str | None = None) -> dict[str, Any]:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from llmfleet.core.loopback import LoopbackSettings
+
+RUNTIME_REPOSITORY = "ghcr.io/llmfleet/llmfleet-runtime"
+"""Where the runtime image is pushed (runtime_image/Dockerfile, `llmfleet images build runtime`)."""
 
 
 class OperatorSettings(LoopbackSettings):
@@ -17,8 +22,9 @@ class OperatorSettings(LoopbackSettings):
     """Namespaces to watch; all namespaces when empty."""
     field_manager: str = "llmfleet-operator"
     """The one server-side-apply field manager every write of the operator uses."""
-    runtime_image: str = "ghcr.io/llmfleet/runtime:0.1.0"
-    """Engine image when a service's `runtime.image` is unset (DESIGN.md §6)."""
+    runtime_image: str = f"{RUNTIME_REPOSITORY}:{version('llmfleet')}"
+    """Engine image when a service's `runtime.image` is unset (DESIGN.md §6): the runtime image
+    of this llmfleet's version."""
     engine_image_pull_secrets: list[str] = []
     """Secrets (in each service's namespace) to pull engine images with, for services whose
     `runtime.imagePullSecrets` is unset (JSON list in the environment)."""

@@ -89,7 +89,9 @@ def check_go() -> str:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (made with its folder if missing): builders of
+    one cached thing wait for each other instead of building it twice (images use it too)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -122,7 +124,7 @@ def _go_env(extra: dict[str, str]) -> dict[str, str]:
 def build_tool(tool: Tool, root: Path | None = None, progress: Progress | None = None) -> float:
     """Build (or fetch) one tool unless its stamp is there; returns seconds spent (0 if cached)."""
     directory = tool_dir(tool, root)
-    with _locked(directory.parent / f"{tool.key}.lock"):
+    with locked(directory.parent / f"{tool.key}.lock"):
         if is_built(tool, root):
             return 0.0
         partial = directory / "bin.partial"

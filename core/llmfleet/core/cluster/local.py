@@ -33,8 +33,14 @@ from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 DEFAULT_NAME = "llmfleet"
 CLUSTER_TOOLS = ("kubernetes", "etcd", "kwok")
 """Tools `up` needs; helm and the engine simulator are built on demand by their users."""
-SERVICE_IP = "10.0.0.1"
-"""The `kubernetes` Service's ClusterIP: the first of the API server's default range."""
+SERVICE_RANGE = "10.96.0.0/16"
+"""ClusterIPs: apart from kwok's pod IPs (10.0.0.0/24, the API server's default range too),
+whose engines a real node's pods reach by address, and with room for thousands of Services."""
+SERVICE_IP = "10.96.0.1"
+"""The `kubernetes` Service's ClusterIP: the first of `SERVICE_RANGE`."""
+FAKE_NODE_TAINT = {"key": "llmfleet.dev/fake-node", "value": "true", "effect": "PreferNoSchedule"}
+"""With a real node, kwok's nodes carry this: a pod goes to a fake node only when it does not
+fit the real one (the scheduler's taint score outweighs its resource scores)."""
 
 Step = Callable[[str], None]
 
@@ -140,6 +146,7 @@ def kwokctl_config(
         {"key": "enable-admission-plugins", "value": "ExtendedResourceToleration"},
         # Never a node's hostname: its lookup would go to the host's resolver.
         {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+        {"key": "service-cluster-ip-range", "value": SERVICE_RANGE},
     ]
     options: dict[str, Any] = {}
     if spec.real_node:
@@ -288,6 +295,7 @@ class LocalCluster:
         runner_owns_engines: bool = False,
         real_node: bool = False,
         real_node_images: Sequence[Path] = (),
+        real_node_gpus: NodePool | None = None,
         step: Step = lambda _: None,
         build_progress: build.Progress | None = None,
     ) -> ClusterSpec:
@@ -298,8 +306,10 @@ class LocalCluster:
         before anything starts, so bad input changes nothing.
 
         `real_node` adds a real node (realnode.py) with `real_node_images` imported into its
-        containerd; where this host cannot run one, `step` says why in one line and the cluster
-        comes up without it (`ClusterSpec.real_node` says which happened).
+        containerd, carrying the fake GPUs of `real_node_gpus` (one node of it; default: the
+        first pool's type); the fake nodes then carry `FAKE_NODE_TAINT`. Where this host cannot
+        run a real node, `step` says why in one line and the cluster comes up without it
+        (`ClusterSpec.real_node` says which happened).
         """
         chosen = nodes.choose_pools(pools, node_count, gpu_type, gpus_per_node)
         node_manifests = nodes.pool_nodes(chosen)
@@ -351,7 +361,9 @@ class LocalCluster:
             self.apply_nodes(node_manifests)
             self.wait_nodes_ready([manifest["metadata"]["name"] for manifest in node_manifests])
             if real_node:
-                self._start_real_node(chosen[0], list(real_node_images), step)
+                self._start_real_node(real_node_gpus or chosen[0], list(real_node_images), step)
+                self.kubectl("taint", "nodes", "--overwrite", "-l", "type=kwok",
+                             "{key}={value}:{effect}".format(**FAKE_NODE_TAINT))  # fmt: skip
         except (ClusterError, subprocess.TimeoutExpired) as error:
             self.down()
             raise ClusterError(f"starting cluster {self.name!r} failed: {error}") from error
@@ -363,7 +375,7 @@ class LocalCluster:
         return self._cluster_dir / "pki"
 
     def real_node(self) -> realnode.RealNode:
-        return realnode.RealNode(self.dir, self.name, self.kubeconfig, self._pki)
+        return realnode.RealNode(self.dir, self.name, self.kubeconfig, self._pki, SERVICE_RANGE)
 
     def _start_real_node(self, pool: NodePool, images: list[Path], step: Step) -> None:
         node = self.real_node()

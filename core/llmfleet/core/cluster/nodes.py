@@ -196,8 +196,8 @@ def _fake_node(
 
 
 def cpu_node(name: str = "cpu-0") -> dict[str, Any]:
-    """One fake node without GPUs or taints, where pods that ask for no GPU land (llmfleet's
-    own components when `llmfleet up --chart` installs them from the Helm chart)."""
+    """One fake node without GPUs or taints, where pods that ask for no GPU land (the chart's
+    components in the cluster tests of its release)."""
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
     labels = {
         "kubernetes.io/hostname": name,

@@ -107,7 +107,14 @@ def _cgroup_hierarchies() -> list[Path]:
 class RealNode:
     """One real node of a local cluster; its files live in `<cluster state>/node`."""
 
-    def __init__(self, cluster_dir: Path, cluster_name: str, kubeconfig: Path, pki: Path) -> None:
+    def __init__(
+        self,
+        cluster_dir: Path,
+        cluster_name: str,
+        kubeconfig: Path,
+        pki: Path,
+        service_range: str = "10.96.0.0/16",
+    ) -> None:
         self.name = f"{cluster_name}-real"
         self.cluster_name = cluster_name
         self.kubeconfig = kubeconfig
@@ -119,6 +126,10 @@ class RealNode:
             cni_bin=build.bin_dir(TOOLS_BY_NAME["cni-plugins"]),
         )
         self.cgroup_root = f"/llmfleet-{cluster_name}"
+        self.service_range = service_range
+        """ClusterIPs: routed here (to `lo`) so that this namespace's own processes can connect
+        to a Service: their first route lookup happens before kube-proxy's DNAT, and every range
+        but loopback's is `unreachable` in the run's namespace (netns.py)."""
 
     # -- files -------------------------------------------------------------------------------
 
@@ -166,6 +177,10 @@ class RealNode:
         self._save_kernel_settings()
         self._make_cgroup_root()
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")  # this namespace's only
+        subprocess.run(
+            ["ip", "route", "replace", self.service_range, "dev", "lo"],
+            capture_output=True, check=True, timeout=10,
+        )  # fmt: skip
         env = {
             **os.environ,
             "PATH": os.pathsep.join(
@@ -208,20 +223,37 @@ class RealNode:
         self._kubectl("wait", "--for=condition=Ready", f"--timeout={int(timeout)}s",
                       f"node/{self.name}", timeout=timeout + 10)  # fmt: skip
 
-    def stop(self) -> list[str]:
+    def stop(self, network: bool = True) -> list[str]:
         """Kill every process of the node (containers first), remove its cgroups, restore the
-        kernel settings; returns the names of the node's daemons that were still running."""
-        stopped = [name for name, pid in self._pids().items() if _alive(pid)]
-        for name, pid in self._pids().items():
+        kernel settings; returns the names of the node's daemons that were still running.
+
+        `network=False` leaves kube-proxy's rules and the bridge alone: for a caller outside
+        the node's namespace (a crashed system's cleanup), where they do not exist and where
+        the same commands would touch the machine's own network."""
+        # A pid file may outlive its process (a crash) and its number be reused: only a process
+        # whose command line names this node's files is ours.
+        daemons = {name: pid for name, pid in self._pids().items() if self._ours(pid)}
+        stopped = sorted(daemons)
+        for name, pid in daemons.items():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM if name != "containerd" else signal.SIGKILL)
         self._kill_containers()
-        for pid in self._pids().values():
+        for pid in daemons.values():
             _wait_gone(pid, 10)
         self._remove_cgroup_root()
-        self._remove_network()
+        if network:
+            self._remove_network()
         self._restore_kernel_settings()
         return stopped
+
+    def _ours(self, pid: int) -> bool:
+        try:
+            process = psutil.Process(pid)
+            return process.status() != psutil.STATUS_ZOMBIE and str(self.paths.dir) in " ".join(
+                process.cmdline()
+            )
+        except psutil.Error:
+            return False
 
     def _remove_network(self) -> None:
         """kube-proxy's rules and the pod bridge, which outlive the processes in the namespace."""
@@ -233,10 +265,11 @@ class RealNode:
                 [str(proxy), "--cleanup", f"--config={self.paths.kube_proxy_config}"],
                 capture_output=True, check=False, timeout=30,
             )  # fmt: skip
-            subprocess.run(
+            for command in (
                 ["ip", "link", "delete", config.BRIDGE],
-                capture_output=True, check=False, timeout=10,
-            )  # fmt: skip
+                ["ip", "route", "delete", self.service_range, "dev", "lo"],
+            ):
+                subprocess.run(command, capture_output=True, check=False, timeout=10)
 
     # -- helpers -----------------------------------------------------------------------------
 

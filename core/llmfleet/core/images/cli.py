@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from llmfleet.core.errors import UserError
 from llmfleet.core.images.recipe import IMAGE_NAMES
@@ -57,11 +56,13 @@ def build(
 
 @app.command("list")
 def list_images() -> None:
-    """The last image built of each name: reference, digest, size and archive."""
+    """The last image built of each name: name, reference, digest, sizes, archive (one line
+    each, whole, so scripts can read it)."""
     from llmfleet.core.images.builder import built_images
 
-    table = Table("NAME", "REFERENCE", "DIGEST", "SIZE", "UNPACKED", "ARCHIVE")
     for image in built_images():
-        table.add_row(image.name, image.reference, image.digest[:19], _mib(image.size),
-                      _mib(image.unpacked), str(image.archive))  # fmt: skip
-    out.print(table, soft_wrap=True)
+        out.print(
+            f"{image.name}  {image.reference}  {image.digest}  {_mib(image.size)} "
+            f"({_mib(image.unpacked)} unpacked)  {image.archive}",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip

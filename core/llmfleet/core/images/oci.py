@@ -111,15 +111,19 @@ def write_layer(
     out: Path,
     select: Callable[[str], bool] = lambda _: True,
     owner: Callable[[str, os.stat_result], tuple[int, int]] | None = None,
+    level: int = 9,
 ) -> Layer:
     """Write the files under `root` that `select` keeps (relative paths, `/`-separated) as a
-    reproducible layer at `out`. `owner` gives each entry's uid/gid (default: as on disk).
-    Hard links become separate files; sockets and devices are left out."""
+    reproducible layer at `out`. `owner` gives each entry's uid/gid (default: as on disk);
+    `level` is gzip's (part of what the bytes depend on: fixed per kind of layer). Hard links
+    become separate files; sockets and devices are left out."""
     mtime = source_date_epoch()
     paths = _walk(root, select)
     with out.open("wb") as raw:
         hashed_gz = _Hashing(raw)
-        with gzip.GzipFile(filename="", mode="wb", fileobj=hashed_gz, mtime=0) as gz:
+        with gzip.GzipFile(
+            filename="", mode="wb", fileobj=hashed_gz, mtime=0, compresslevel=level
+        ) as gz:
             hashed_tar = _Hashing(gz)
             with tarfile.open(fileobj=hashed_tar, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for rel in paths:
@@ -277,6 +281,7 @@ class ArchiveImage:
 
     reference: str
     digest: str
+    manifest: dict[str, Any]
     config: dict[str, Any]
     layers: list[bytes]
     """Each layer's gzip'd bytes, in order (lowest first)."""
@@ -304,7 +309,7 @@ def read_archive(path: Path) -> ArchiveImage:
     for number, (blob, diff_id) in enumerate(zip(layers, diff_ids, strict=True)):
         if f"sha256:{hashlib.sha256(zlib.decompress(blob, 31)).hexdigest()}" != diff_id:
             raise ArchiveError(f"layer {number}'s uncompressed digest is not {diff_id}")
-    return ArchiveImage(reference, entry["digest"], config, layers)
+    return ArchiveImage(reference, entry["digest"], manifest, config, layers)
 
 
 def _verified(blobs: Mapping[str, bytes], descriptor: Mapping[str, Any], what: str) -> bytes:

@@ -27,13 +27,11 @@ USER_NAME = "llmfleet"
 HOME = "/nonexistent"
 """The user's home, which does not exist (Debian's convention for system users): nothing may
 expect to write under it on a read-only root filesystem."""
-PIP = "/usr/share/python-wheels/pip-*.whl/pip"
-"""pip run from Debian's bundled wheel (python3-pip-whl): the venvs hold no pip of their own."""
 PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 DEBIAN_PACKAGES = ("python3", "python3-venv")
 """python3 is bookworm's CPython 3.11 (cp311 wheels); python3-venv brings `venv` and the pip
-wheel the builds run."""
+wheel the Dockerfiles run (`python <wheel>/pip install`: the venv holds no pip of its own)."""
 
 LAUNCHER_REQUIREMENTS = (
     "typer>=0.12",

@@ -110,6 +110,7 @@ def _first_steps(paths: layout.Paths, record: layout.Record) -> None:
 def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManager[Any]]) -> None:
     @app.command("up")
     def up(
+        *,
         file: Annotated[
             Path | None,
             typer.Option("-f", "--file", help="InferenceServices to apply (default: the samples)."),
@@ -117,11 +118,13 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
         detach: Annotated[bool, typer.Option(help="Return once the system serves.")] = False,
         gateway_port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8080,
         prometheus_port: Annotated[int, typer.Option(help="Prometheus port on 127.0.0.1.")] = 9090,
-        chart: Annotated[
+        real_node: Annotated[
             bool,
             typer.Option(
-                help="Install llmfleet's operator, autoscaler and gateway with the Helm chart "
-                "(charts/llmfleet): they run as pods, with the chart's RBAC."
+                help="Install llmfleet as a user would: the chart's pods and the engine pods "
+                "run on a real node (kubelet, containerd, runc) from images built by "
+                "`llmfleet images build`; where the machine cannot run a real node, up says "
+                "why and the pod runner runs them."
             ),
         ] = False,
     ) -> None:
@@ -144,7 +147,10 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
             ports = layout.Ports(gateway=gateway_port, prometheus=prometheus_port, api=0)
             started = time.monotonic()
             with build_reporter() as reporter:
-                record = control.up(paths, ports, file, _step, chart=chart, build_progress=reporter)
+                record = control.up(
+                    paths, ports, file, _step, real_node=real_node,
+                    build_progress=reporter,
+                )  # fmt: skip
             _step(f"up in {time.monotonic() - started:.0f}s")
         _first_steps(paths, record)
         if not detach:

@@ -10,6 +10,7 @@ free. `status` reads the cluster and Prometheus through the relayed ports.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -26,18 +27,35 @@ from typing import Any
 
 import psutil
 
+from llmfleet.core import images
 from llmfleet.core.cluster import build
 from llmfleet.core.cluster.errors import ClusterError
-from llmfleet.core.cluster.local import free_port
+from llmfleet.core.cluster.local import LocalCluster, free_port
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 from llmfleet.core.local import layout
 
 Say = Callable[[str], None]
 SYSTEM_TOOLS = ("kubernetes", "etcd", "kwok", "prometheus", "llm-d-inference-sim")
+REAL_NODE_TOOLS = ("kubelet", "containerd", "runc", "cni-plugins")
+REAL_NODE_IMAGES = ("control-plane", "engine-local")
+"""What `llmfleet up --real-node` runs: the chart's pods and the engine pods."""
 
 
 class LocalSystemError(ClusterError):
     """The local system could not do what was asked (the message says what to do)."""
+
+
+def _real_node_images(say: Say) -> dict[str, tuple[str, str]]:
+    """The images the real node runs, built if missing: name -> (reference, archive)."""
+    built: dict[str, tuple[str, str]] = {}
+    for name in REAL_NODE_IMAGES:
+        image = images.ensure_image(name, progress=functools.partial(_say_image, say, name))
+        built[name] = (image.reference, str(image.archive))
+    return built
+
+
+def _say_image(say: Say, name: str, line: str) -> None:
+    say(f"image {name}: {line}")
 
 
 def namespace_prefix() -> list[str]:
@@ -77,16 +95,20 @@ def up(
     services: Path | None,
     say: Say,
     *,
-    chart: bool = False,
+    real_node: bool = False,
     build_progress: build.Progress | None = None,
     timeout: float = 300,
 ) -> layout.Record:
-    """Start the system and return once it serves (or raise with the supervisor's last words)."""
+    """Start the system and return once it serves (or raise with the supervisor's last words).
+
+    `real_node`: the chart from the built images on a real node (images and node binaries are
+    built here first, where the network is)."""
     if services is not None and not services.is_file():
         raise LocalSystemError(f"{services}: no such file")
     if running(paths) is not None:
         raise LocalSystemError("the local system is already up")
-    tools = [TOOLS_BY_NAME[name] for name in (*SYSTEM_TOOLS, *(("helm",) if chart else ()))]
+    extra = ("helm", *REAL_NODE_TOOLS) if real_node else ()
+    tools = [TOOLS_BY_NAME[name] for name in (*SYSTEM_TOOLS, *extra)]
     missing = build.missing_tools(tools)
     if missing:
         build.check_go()
@@ -95,6 +117,7 @@ def up(
             "minutes on 2 cores; later runs start in seconds)"
         )
         build.ensure_tools(tools, progress=build_progress)
+    images = _real_node_images(say) if real_node else None
     _cleanup(paths, say)  # a crashed earlier run's leftovers
     paths.logs.mkdir(parents=True, exist_ok=True)
     ports = layout.Ports(**(asdict(ports) | {"api": ports.api or free_port()}))
@@ -108,10 +131,10 @@ def up(
     ]  # fmt: skip
     if services is not None:
         argv += ["--services", str(services.resolve())]
-    if chart:
-        if not (layout.CHART / "Chart.yaml").is_file():
-            raise LocalSystemError(f"--chart needs the chart of the checkout: {layout.CHART}")
-        argv.append("--chart")
+    if real_node and not (layout.CHART / "Chart.yaml").is_file():
+        raise LocalSystemError(f"the chart of the checkout is missing: {layout.CHART}")
+    if images is not None:
+        argv += ["--images", json.dumps(images)]
     for name, listening in sockets.items():
         argv += ["--relay", f"{listening.fileno()}:{ports.relayed()[name]}"]
     system_log = paths.logs / "system.log"
@@ -194,6 +217,13 @@ def _cleanup(paths: layout.Paths, say: Say) -> list[str]:
     psutil.wait_procs(leftovers, timeout=10)
     if names:
         say(f"killed {len(names)} leftover process(es): {'; '.join(names)}")
+    # A real node's containers live in pod namespaces and its cgroups and kernel settings are
+    # the machine's: whatever a crashed supervisor left of them goes here (nothing if it went).
+    node = LocalCluster(layout.CLUSTER_NAME, state=paths.root).real_node()
+    if node.paths.dir.is_dir():
+        stopped = node.stop(network=False)  # its network went with its namespace
+        if stopped:
+            say(f"stopped the real node's leftover {', '.join(stopped)}")
     paths.record.unlink(missing_ok=True)
     return names
 

@@ -18,7 +18,7 @@ from llmfleet.core.cluster.local import state_root
 CLUSTER_NAME = "llmfleet"
 SAMPLES = Path(__file__).resolve().parent / "samples" / "services.yaml"
 CHART = Path(__file__).resolve().parents[4] / "charts" / "llmfleet"
-"""The Helm chart `llmfleet up --chart` installs (from the checkout)."""
+"""The Helm chart `llmfleet up --real-node` installs (from the checkout)."""
 CHART_RELEASE = "llmfleet"
 CHART_NAMESPACE = "llmfleet"
 SCRAPE_SECONDS = 2
@@ -68,6 +68,11 @@ class Paths:
         return self.root / "prometheus"
 
     @property
+    def component_targets(self) -> Path:
+        """The chart's component pods on the real node, for Prometheus (kubelet_targets.py)."""
+        return self.root / "prometheus" / "components.json"
+
+    @property
     def engine_targets(self) -> Path:
         return self.prometheus / "engines.json"
 
@@ -110,9 +115,10 @@ def netns_of(pid: int) -> str | None:
         return None
 
 
-def prometheus_config(paths: Paths, ports: Ports) -> dict[str, Any]:
+def prometheus_config(paths: Paths, ports: Ports, real_node: bool = False) -> dict[str, Any]:
     """Engines from the pod runner's file (labelled like the ServiceMonitor's targets), and the
-    gateway, operator and autoscaler."""
+    gateway, operator and autoscaler: on the system's ports, or, with a real node, the chart's
+    pods from the pod runner's second file (kubelet_targets.py)."""
     interval = f"{SCRAPE_SECONDS}s"
     components = [
         {"targets": [f"127.0.0.1:{port}"], "labels": {"component": name}}
@@ -138,6 +144,13 @@ def prometheus_config(paths: Paths, ports: Ports) -> dict[str, Any]:
                     {"files": [str(paths.engine_targets)], "refresh_interval": "1s"}
                 ],
             },
-            {"job_name": "llmfleet", "static_configs": components},
+            {"job_name": "llmfleet", "static_configs": components}
+            if not real_node
+            else {
+                "job_name": "llmfleet",
+                "file_sd_configs": [
+                    {"files": [str(paths.component_targets)], "refresh_interval": "1s"}
+                ],
+            },
         ],
     }

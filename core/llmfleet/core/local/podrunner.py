@@ -13,8 +13,8 @@ nothing. Every `interval` the runner lists the engine pods (label `llmfleet.dev/
 - stops the engine of a pod that is deleted or gone (SIGTERM, SIGKILL after `stop_grace`);
 - writes the Prometheus file-discovery targets of the running engines, labelled as the
   ServiceMonitor labels real pods (namespace, service, pool, pod, revision);
-- with `--components`, runs llmfleet's own component pods (the Helm chart's operator, autoscaler
-  and gateway) as processes with their pod's environment and ServiceAccount (components.py).
+- with a real node (`llmfleet up --real-node`), leaves the pods the kubelet runs alone (their IPs
+  are on the real node's bridge) but writes their Prometheus targets too (kubelet_targets.py).
 
 It keeps no state that a restart loses: engines are its children (they die with it), and a new
 runner starts them again from the pods.
@@ -44,8 +44,7 @@ from typing import Any
 from kubernetes import client
 
 from llmfleet.core.kube import api_client
-from llmfleet.core.local import engines, podnet, processes
-from llmfleet.core.local.components import ComponentRunner
+from llmfleet.core.local import engines, kubelet_targets, podnet, processes
 from llmfleet.core.local.processes import RESTART_BACKOFF_MAX
 
 log = logging.getLogger("llmfleet.podrunner")
@@ -138,6 +137,19 @@ def pod_view(pod: Any) -> PodView | None:
     )
 
 
+def _target_labels(pod: Any) -> dict[str, str]:
+    """An engine pod's target labels, as the runner gives its own engines'."""
+    labels = pod.metadata.labels or {}
+    return {
+        "namespace": pod.metadata.namespace,
+        "pod": pod.metadata.name,
+        "llmfleet_dev_service": labels.get(SERVICE_LABEL, ""),
+        "llmfleet_dev_pool": labels.get(POOL_LABEL, ""),
+        "revision": labels.get(REVISION_LABEL)
+        or (pod.metadata.annotations or {}).get(CONFIG_HASH, ""),
+    }
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -157,11 +169,9 @@ class PodRunner:
         *,
         probe: Callable[[str], bool] | None = None,
         stop_grace: float = 5.0,
-        components: ComponentRunner | None = None,
+        component_targets: Path | None = None,
     ) -> None:
         self.core = core
-        self.components = components
-        """Runs llmfleet's own component pods too (`llmfleet up --chart`)."""
         self.binary = binary
         self.log_dir = log_dir
         self.targets_file = targets_file
@@ -169,7 +179,10 @@ class PodRunner:
         self.engines: dict[str, Engine] = {}
         self._probe = probe or probe_health
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="probe")
-        self._targets_written: str | None = None
+        self._targets_written: dict[Path, str] = {}
+        self.component_targets = component_targets
+        """With a real node: the chart's component pods' targets are written here."""
+        self._kubelet_engines: list[dict[str, Any]] = []
         log_dir.mkdir(parents=True, exist_ok=True)
 
     # -- one pass ------------------------------------------------------------------------------
@@ -177,6 +190,8 @@ class PodRunner:
     def reconcile(self) -> None:
         listing = self.core.list_pod_for_all_namespaces(label_selector=POOL_LABEL)
         wanted = {view.uid: view for pod in listing.items if (view := pod_view(pod)) is not None}
+        # Engine pods on the real node run under the kubelet: only their targets are ours.
+        self._kubelet_engines = kubelet_targets.engine_groups(listing.items, _target_labels)
         for uid in [uid for uid in self.engines if uid not in wanted]:
             self._stop(self.engines.pop(uid), "its pod is gone")
         now = time.monotonic()
@@ -215,8 +230,7 @@ class PodRunner:
             if engine.pod.ready != engine.healthy:
                 self._set_ready(engine)
         self._write_targets()
-        if self.components is not None:
-            self.components.reconcile()
+        self._write_component_targets()
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
         """Reconcile every `interval` until `stop` is set; then stop every engine."""
@@ -231,8 +245,6 @@ class PodRunner:
             self.close()
 
     def close(self) -> None:
-        if self.components is not None:
-            self.components.close()
         for engine in self.engines.values():
             self._stop(engine, "the pod runner stops")
         self.engines.clear()
@@ -380,20 +392,29 @@ class PodRunner:
                 "llmfleet_dev_service": view.service,
                 "llmfleet_dev_pool": view.pool,
                 "revision": view.revision,
-            }
+            }  # as `_target_labels` for a pod the kubelet runs
             groups.append({"targets": [f"{view.ip}:{engines.ENGINE_PORT}"], "labels": labels})
-        return groups
+        return groups + self._kubelet_engines
 
     def _write_targets(self) -> None:
-        if self.targets_file is None:
+        if self.targets_file is not None:
+            self._write(self.targets_file, self.targets())
+
+    def _write_component_targets(self) -> None:
+        if self.component_targets is not None:
+            pods = self.core.list_pod_for_all_namespaces(
+                label_selector=kubelet_targets.COMPONENT_LABEL
+            )
+            self._write(self.component_targets, kubelet_targets.component_groups(pods.items))
+
+    def _write(self, path: Path, groups: list[dict[str, Any]]) -> None:
+        text = json.dumps(groups, indent=1)
+        if text == self._targets_written.get(path):
             return
-        text = json.dumps(self.targets(), indent=1)
-        if text == self._targets_written:
-            return
-        partial = self.targets_file.with_suffix(".tmp")
+        partial = path.with_suffix(".tmp")
         partial.write_text(text)
-        partial.replace(self.targets_file)  # atomic: Prometheus never reads half a file
-        self._targets_written = text
+        partial.replace(path)  # atomic: Prometheus never reads half a file
+        self._targets_written[path] = text
 
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -422,16 +443,15 @@ def main() -> None:
     parser.add_argument("--targets", type=Path, help="Prometheus file-discovery JSON to write")
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument(
-        "--components", type=Path,
-        help="also run llmfleet's component pods (the Helm chart's), their logs and tokens here",
+        "--component-targets", type=Path,
+        help="Prometheus file-discovery JSON of the component pods the real node runs",
     )  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     core = client.CoreV1Api(api_client())
-    components = None
-    if args.components:
-        components = ComponentRunner(core, Path(os.environ["KUBECONFIG"]), args.components, http_ok)
-    runner = PodRunner(core, args.binary, args.logs, args.targets, components=components)
+    runner = PodRunner(
+        core, args.binary, args.logs, args.targets, component_targets=args.component_targets,
+    )  # fmt: skip
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

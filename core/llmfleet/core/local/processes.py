@@ -1,5 +1,5 @@
 """What the local system does with the processes it runs in place of a kubelet (the supervisor's
-components, the pod runner's engines and component pods): restart back-off and stopping."""
+components, the pod runner's engines): restart back-off and stopping."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ import yaml
 
 from llmfleet.core import loopback
 from llmfleet.core.cluster import LocalCluster, build, nodes
-from llmfleet.core.local import layout, podnet, processes
+from llmfleet.core.local import chart, layout, podnet, processes
 from llmfleet.core.local.podrunner import http_ok
 
 log = logging.getLogger("llmfleet.system")
@@ -77,13 +77,22 @@ class Child:
 
 class System:
     def __init__(
-        self, paths: layout.Paths, ports: layout.Ports, services: Path | None, chart: bool = False
+        self,
+        paths: layout.Paths,
+        ports: layout.Ports,
+        services: Path | None,
+        images: dict[str, tuple[str, Path]] | None = None,
     ) -> None:
         self.paths = paths
         self.ports = ports
         self.services = services
-        self.chart = chart
-        """Run the components from the Helm chart, as pods, instead of as our own children."""
+        self.images = images
+        """With a real node: image name -> (reference, OCI archive) of `control-plane` and
+        `engine-local`; the chart then runs on the real node from them (chart.py)."""
+        self.real_node = False
+        """Whether the cluster came up with its real node (else the pod runner runs it all)."""
+        self.gateway_upstream: tuple[str, int] | None = None
+        """Where the gateway relay connects when the gateway is a pod on the real node."""
         self.cluster = LocalCluster(layout.CLUSTER_NAME, state=paths.root)
         self.children: list[Child] = []
         self.stopping = False
@@ -123,12 +132,19 @@ class System:
         say("STEP", f"starting the local cluster (API server on 127.0.0.1:{self.ports.api})")
         # Engine pods turn Ready when the pod runner's probe of their engine passes, as with a
         # kubelet's readiness probe (cluster/stages.py), never on kwok's say-so.
-        self.cluster.up(
+        spec = self.cluster.up(
             port=self.ports.api,
             runner_owns_engines=True,
+            real_node=self.images is not None,
+            real_node_images=[archive for _, archive in (self.images or {}).values()],
+            real_node_gpus=nodes.NodePool("H100", 1, 8),
             step=lambda message: say("STEP", message),
         )
-        if not self.chart:  # the chart brings its own
+        self.real_node = spec.real_node
+        if self.images is not None and not self.real_node:
+            say("STEP", "going on without a real node: the components as processes, the pod "
+                        "runner's engines")  # fmt: skip
+        if not self.real_node:  # the chart brings its own
             say("STEP", "installing the CRDs")
             for manifest in layout.crd_files():
                 self.cluster.kubectl("apply", "--server-side", "-f", str(manifest))
@@ -141,16 +157,21 @@ class System:
         say("STEP", f"starting Prometheus on 127.0.0.1:{self.ports.prometheus}")
         self.paths.prometheus.mkdir(parents=True, exist_ok=True)
         config = self.paths.prometheus / "prometheus.yml"
-        config.write_text(yaml.safe_dump(layout.prometheus_config(self.paths, self.ports)))
-        if not self.paths.engine_targets.exists():
-            self.paths.engine_targets.write_text("[]")
+        config.write_text(
+            yaml.safe_dump(layout.prometheus_config(self.paths, self.ports, self.real_node))
+        )
+        for targets in (self.paths.engine_targets, self.paths.component_targets):
+            if not targets.exists():
+                targets.write_text("[]")
         prometheus = self._child(
             "prometheus",
             [
                 str(build.ensure_binary("prometheus")),
                 f"--config.file={config}",
                 f"--storage.tsdb.path={self.paths.prometheus / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.ports.prometheus}",
+                # With a real node its pods (the autoscaler) reach it on the node's address;
+                # either way only inside this namespace.
+                f"--web.listen-address={self._prometheus_host()}:{self.ports.prometheus}",
                 "--storage.tsdb.retention.time=1d",
                 "--log.level=warn",
             ],
@@ -166,11 +187,11 @@ class System:
             "--logs", str(self.paths.logs / "engines"),
             "--targets", str(self.paths.engine_targets),
         ]  # fmt: skip
-        if self.chart:
-            runner_argv += ["--components", str(self.paths.logs / "components")]
+        if self.real_node:
+            runner_argv += ["--component-targets", str(self.paths.component_targets)]
         self._wait_ready(self._child("podrunner", runner_argv, env, None), timeout=2)
-        if self.chart:
-            self._install_chart()
+        if self.real_node:
+            self._install_chart_on_real_node()
         else:
             self._start_components(env)
 
@@ -237,97 +258,42 @@ class System:
             )
         )
 
-    def chart_values(self) -> dict[str, object]:
-        """Values for the chart on this machine: one replica each, and the gateway and the
-        metrics on the system's ports (its component processes share this namespace, see
-        components.py); the operator publishes the gateway URL the user reaches."""
-        ports = self.ports
-        return {
-            "loopbackOnly": True,
-            "operator": {
-                "replicas": 1,
-                "metricsPort": ports.operator,
-                "gatewayUrl": f"http://127.0.0.1:{ports.gateway}",
-                "podDisruptionBudget": {"enabled": False},
-                "settings": {"metricsHost": "127.0.0.1", "drainSeconds": 15, "resyncSeconds": 5},
-            },
-            "autoscaler": {
-                # One process (two would share its metrics port here), so no Lease needed.
-                "replicas": 1,
-                "leaderElection": False,
-                "prometheusUrl": f"http://127.0.0.1:{ports.prometheus}",
-                "metricsPort": ports.autoscaler,
-                "settings": {
-                    "metricsHost": "127.0.0.1",
-                    "intervalSeconds": 5,
-                    "scrapeInterval": f"{layout.SCRAPE_SECONDS}s",
-                    "statusRefreshSeconds": 15,
-                },
-            },
-            "gateway": {
-                "replicas": 1,
-                "port": ports.gateway,
-                # A machine of one user: no API keys (the chart requires them unless told so),
-                # and /metrics on the gateway's port, where the system's Prometheus scrapes it.
-                "auth": "none",
-                "podDisruptionBudget": {"enabled": False},
-                "settings": {"host": "127.0.0.1", "adminPort": None},
-            },
-        }
+    def _prometheus_host(self) -> str:
+        return "0.0.0.0" if self.real_node else "127.0.0.1"
 
-    def _install_chart(self) -> None:
-        """`helm install` of charts/llmfleet: the pod runner runs its component pods."""
-        say("STEP", "adding a CPU node for llmfleet's own pods")
-        self.cluster.kubectl("apply", "-f", "-", stdin=json.dumps(nodes.cpu_node()))
-        values = self.paths.root / "chart-values.yaml"
-        values.write_text(yaml.safe_dump(self.chart_values()))
-        say("STEP", f"helm install {layout.CHART_RELEASE} {layout.CHART}")
-        helm = subprocess.run(
-            [
-                str(build.ensure_binary("helm")), "install", layout.CHART_RELEASE,
-                str(layout.CHART), "--namespace", layout.CHART_NAMESPACE, "--create-namespace",
-                "--values", str(values), "--kubeconfig", str(self.cluster.kubeconfig),
-            ],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        if helm.returncode != 0:
-            raise RuntimeError(f"helm install failed: {helm.stderr.strip()[-2000:]}")
-        say("STEP", "waiting for the chart's operator, autoscaler and gateway pods")
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if (
-                http_ok(f"http://127.0.0.1:{self.ports.gateway}/readyz")
-                and self._components_ready()
-            ):
-                return
-            time.sleep(0.5)
-        raise RuntimeError(
-            "the chart's components are not ready after 180s: see "
-            f"{self.paths.logs / 'podrunner.log'} and {self.paths.logs / 'components'}"
+    def _install_chart_on_real_node(self) -> None:
+        """`helm install` of charts/llmfleet from the built images: its pods run on the real
+        node; the user's gateway port then leads to the gateway Service."""
+        assert self.images is not None
+        references = {name: reference for name, (reference, _) in self.images.items()}
+        say("STEP", f"helm install {layout.CHART_RELEASE} {layout.CHART} "
+                    f"(image {references['control-plane']}, on the real node)")  # fmt: skip
+        values = chart.real_node_values(self.ports, references)
+        # Both namespaces enforce Pod Security `restricted`: the chart's pods and the engine
+        # pods of the samples (in `default`) must pass it, as on a locked-down cluster.
+        for namespace in chart.RESTRICTED_NAMESPACES:
+            self.cluster.kubectl("apply", "-f", "-", stdin=json.dumps(chart.namespace(namespace)))
+        chart.install(self.cluster, values, self.paths.root / "chart-values.yaml")
+        say("STEP", "waiting for the operator, autoscaler and gateway pods to be Ready")
+        chart.wait(
+            lambda: chart.components_ready(self.cluster),
+            180,
+            "the chart's pods are not Ready: `kubectl get pods -n "
+            f"{layout.CHART_NAMESPACE}` and their logs say why",
+        )
+        self.gateway_upstream = chart.gateway_address(self.cluster)
+        host, port = self.gateway_upstream
+        chart.wait(
+            lambda: http_ok(f"http://{host}:{port}/v1/models"),
+            60,
+            f"the gateway Service ({host}:{port}) does not answer",
         )
 
-    def _components_ready(self) -> bool:
-        pods = json.loads(
-            self.cluster.kubectl(
-                "get",
-                "pods",
-                "-n",
-                layout.CHART_NAMESPACE,
-                "-o",
-                "json",
-                "-l",
-                "app.kubernetes.io/component in (operator,autoscaler,gateway)",
-            )
-        )["items"]
-        return len(pods) >= 3 and all(
-            any(
-                c["type"] == "Ready"
-                and c["status"] == "True"
-                and c.get("reason") == "ComponentReady"
-                for c in pod.get("status", {}).get("conditions", [])
-            )
-            for pod in pods
-        )
+    def upstream(self, port: int) -> tuple[str, int]:
+        """Where the relay of the user's `port` connects inside this namespace."""
+        if self.gateway_upstream is not None and port == self.ports.gateway:
+            return self.gateway_upstream
+        return "127.0.0.1", port
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -370,13 +336,13 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
-async def relay(listening: socket.socket, port: int) -> asyncio.Server:
+async def relay(listening: socket.socket, upstream: tuple[str, int]) -> asyncio.Server:
     """Accept on `listening` (a socket of the user's namespace) and connect each client to
-    127.0.0.1:`port` here."""
+    `upstream` (host, port) here."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+            upstream_reader, upstream_writer = await asyncio.open_connection(*upstream)
         except OSError:
             writer.close()
             return
@@ -389,7 +355,12 @@ async def _main(args: argparse.Namespace) -> int:
     paths = layout.Paths(Path(args.state))
     ports = layout.Ports(**json.loads(args.ports))
     services = Path(args.services) if args.services else None
-    system = System(paths, ports, services, chart=args.chart)
+    images = (
+        {name: (reference, Path(archive)) for name, (reference, archive) in
+         json.loads(args.images).items()}
+        if args.images else None
+    )  # fmt: skip
+    system = System(paths, ports, services, images=images)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -404,7 +375,7 @@ async def _main(args: argparse.Namespace) -> int:
     for spec in args.relay:
         fd, port = (int(part) for part in spec.split(":"))
         listening = socket.socket(fileno=fd)
-        servers.append(await relay(listening, port))
+        servers.append(await relay(listening, system.upstream(port)))
     say("READY")
     supervisor = asyncio.create_task(system.supervise())
     await stop.wait()
@@ -423,7 +394,9 @@ def main() -> None:
     parser.add_argument("--ports", required=True, help="JSON of layout.Ports")
     parser.add_argument("--services")
     parser.add_argument("--relay", action="append", default=[], help="FD:PORT")
-    parser.add_argument("--chart", action="store_true", help="components from the Helm chart")
+    parser.add_argument(
+        "--images", help="JSON: name -> [reference, archive]; the chart then runs on a real node"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     sys.exit(asyncio.run(_main(args)))
