@@ -41,6 +41,7 @@ COPY README.md /src/
 COPY core/llmfleet/core/*.py /src/core/llmfleet/core/
 COPY core/llmfleet/core/local/__init__.py /src/core/llmfleet/core/local/
 COPY core/llmfleet/core/local/engines.py /src/core/llmfleet/core/local/
+COPY crds/llmfleet /src/crds/llmfleet/
 COPY runtime_image/llmfleet/runtime /src/runtime_image/llmfleet/runtime/
 RUN wheel=$(ls /usr/share/python-wheels/pip-*.whl) \
     && /opt/llmfleet/bin/python "$wheel/pip" install --no-cache-dir --no-compile --no-deps /src \

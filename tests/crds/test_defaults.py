@@ -63,7 +63,7 @@ ACCEPTED = [
     ("extraArgs vs chunkedPrefill", "runtime.extraArgs", ["--no-enable-chunked-prefill"]),
     ("extraArgs vs prefixCaching", "runtime.prefixCaching", False),
     ("extraArgs vs cudaGraphs", "runtime.cudaGraphs", False),
-    ("env vs the operator's", "runtime.env", [{"name": "POD_NAME", "value": "x"}]),
+    ("env vs the operator's", "runtime.env", [{"name": "POD_HOSTNAME", "value": "x"}]),
     ("ngram takes no model", "runtime.speculative", {"method": "ngram"}),
     ("hf source names the model", "model.source", "pvc://weights/org-model"),
 ]  # fmt: skip

@@ -148,6 +148,9 @@ tooling (Go builds, kwok, the pod runner, this builder), never in an image."""
 _META = Copy("pyproject.toml", "")
 _README = Copy("README.md", "")
 _RUNTIME = Copy("runtime_image/llmfleet/runtime", "runtime_image/llmfleet/runtime/")
+_CRDS = Copy("crds/llmfleet", "crds/llmfleet/")
+"""The API models: the launcher reads `runtime.extraArgs` with crds/engine_args.py, the very
+checks admission runs."""
 
 CONTROL_PLANE = Recipe(
     name="control-plane",
@@ -161,7 +164,7 @@ CONTROL_PLANE = Recipe(
         _META,
         _README,
         _CORE,
-        Copy("crds/llmfleet", "crds/llmfleet/"),
+        _CRDS,
         Copy("operator/llmfleet", "operator/llmfleet/"),
         Copy("gateway/llmfleet", "gateway/llmfleet/"),
         # The autoscaler without its simulator (sim/: matplotlib and numpy, a workstation tool).
@@ -191,6 +194,7 @@ ENGINE_LOCAL = Recipe(
         # The shim reuses the local pod runner's engine flags (pure, stdlib only).
         Copy("core/llmfleet/core/local/__init__.py", "core/llmfleet/core/local/"),
         Copy("core/llmfleet/core/local/engines.py", "core/llmfleet/core/local/"),
+        _CRDS,
         _RUNTIME,
     ),
     extras=(
@@ -214,7 +218,7 @@ RUNTIME = Recipe(
     # Must match the `vllm==` pin of the `runtime` extra in pyproject.toml (a test checks it).
     base=ExternalBase("vllm/vllm-openai:v0.33.0", python="/usr/bin/python3"),
     requirements=LAUNCHER_REQUIREMENTS,
-    copies=(_META, _README, _CORE, _RUNTIME),
+    copies=(_META, _README, _CORE, _CRDS, _RUNTIME),
     # By its path: PATH stays the base's (vLLM's `vllm` and Python first), never the venv's.
     entrypoint=(f"{VENV}/bin/llmfleet-runtime",),
     cmd=("serve", "--config", "/etc/llmfleet/runtime.yaml"),
