@@ -434,9 +434,6 @@ CASES = [
          {"metadata.annotations": {"llmfleet.dev/rollout pause": "true"}},
          "metadata.annotations", api_says="name part must consist of",
          validate_says="not a valid key"),
-    Case("hf-source-of-another-model",
-         {"model.source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
-         "spec.model.source", "must be hf://<model.name>"),
 ]  # fmt: skip
 
 

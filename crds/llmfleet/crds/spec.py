@@ -95,16 +95,6 @@ class ModelSpec(ApiModel):
                 or re.match(PVC_SOURCE, m.source) is not None
             ),
         ),
-        Rule(
-            cel="!has(self.source) || !self.source.startsWith('hf://') || "
-            "self.source == 'hf://' + self.name",
-            message="model.source hf://<repository> must be hf://<model.name>: the engine loads "
-            "model.name, so another repository here would be silently ignored",
-            field_path=".source",
-            check=lambda m: (
-                m.source is None or not m.source.startswith("hf://") or m.source == "hf://" + m.name
-            ),
-        ),
     )
 
 
