@@ -13,7 +13,6 @@ import yaml
 from kubernetes import client
 
 from llmfleet.core.cluster import nodes
-from llmfleet.core.local import components
 from tests.chart import helm
 from tests.cluster.kube import Kube
 
@@ -75,11 +74,27 @@ def uninstall(kube: Kube, release: str, namespace: str, *flags: str) -> None:
 def token_kubeconfig(kube: Kube, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig for the cluster that authenticates with a token of ServiceAccount
     `namespace/account` (TokenRequest, as the kubelet mounts one in a pod, and as the local pod
-    runner gives the chart's pods): whatever a process does with it, the API server allows only
+    runner gave the chart's pods): whatever a process does with it, the API server allows only
     what that account's RBAC allows."""
     admin = yaml.safe_load(kube.kubeconfig.read_text())
-    core = client.CoreV1Api(kube.api())
-    path.write_text(yaml.safe_dump(components.token_kubeconfig(core, admin, namespace, account)))
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    answer: Any = client.CoreV1Api(kube.api()).create_namespaced_service_account_token(
+        account, namespace, request
+    )
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    user = f"system:serviceaccount:{namespace}:{account}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": user, "user": {"token": answer.status.token}}],
+        "contexts": [{"name": user, "context": {"cluster": cluster["name"], "user": user}}],
+        "current-context": user,
+    }
+    path.write_text(yaml.safe_dump(config))
     return path
 
 
