@@ -155,7 +155,11 @@ def compile_bytecode(stage: Path, python: Interpreter) -> None:
     if not python.same_as_host:
         return
     lib = stage / VENV.lstrip("/") / "lib"
-    argv = [sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode",
+    # NOTE: one process, files in compileall's sorted order. marshal writes a reference flag
+    # only for objects another reference holds, so a .pyc's bytes depend on what the compiling
+    # process compiled before; with `-j 0` the files are dealt to worker processes as they come
+    # free, which differs from run to run on a busy machine, and so did the image's digest.
+    argv = [sys.executable, "-m", "compileall", "-q", "-j", "1", "--invalidation-mode",
             "unchecked-hash", "-s", str(stage), "-p", "/", str(lib)]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
     if result.returncode != 0:
