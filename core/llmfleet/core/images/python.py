@@ -8,6 +8,7 @@ rebuild works offline (inside `llmfleet isolated`) and resolves to the same whee
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -140,6 +141,26 @@ def install(
             target.write_bytes(content)
             target.chmod(0o755)
         shutil.rmtree(scripts)
+        _record_scripts(site, venv / "bin")
+
+
+def _record_scripts(site: Path, bin_dir: Path) -> None:
+    """Give each distribution's RECORD the hash and size of its console scripts as they now are.
+
+    NOTE: pip hashed the scripts it wrote, whose first line named the interpreter pip ran under
+    (a path of the build machine, `.venv/bin/python` or `python3`, one character apart), so the
+    RECORD, and with it the image's digest, changed with whoever built it."""
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        lines = []
+        for entry in record.read_text().splitlines():
+            path, _, rest = entry.partition(",")
+            script = bin_dir / Path(path).name
+            if "/bin/" in f"/{path}" and rest and script.is_file():
+                data = script.read_bytes()
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+                entry = f"{path},sha256={digest.decode()},{len(data)}"  # noqa: PLW2901
+            lines.append(entry)
+        record.write_text("\n".join(lines) + "\n")
 
 
 def build_wheel(src: Path, wheelhouse: Path, out: Path) -> None:
