@@ -156,7 +156,14 @@ class LeaseElector:
         acquired = body.spec.acquire_time if step is Step.RENEW else now
         if step is Step.TAKE_OVER:
             transitions += 1
-        lease = {
+        spec = self._spec(now, transitions, acquired or now)
+        self.leases.replace_namespaced_lease(self.name, self.namespace, self._replacing(body, spec))
+        return True
+
+    def _replacing(self, body: Any, spec: dict[str, Any]) -> Any:
+        """The Lease with `spec`, replacing the version `body` was read at (a concurrent writer
+        makes the replace fail with a conflict instead of being overwritten)."""
+        return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {
@@ -164,10 +171,8 @@ class LeaseElector:
                 "namespace": self.namespace,
                 "resourceVersion": body.metadata.resource_version,
             },
-            "spec": self._spec(now, transitions, acquired or now),
+            "spec": spec,
         }
-        self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
-        return True
 
     def release(self) -> None:
         """Give the Lease up (on shutdown), so a standby takes over at its next check."""
@@ -178,22 +183,15 @@ class LeaseElector:
             if body.spec.holder_identity != self.identity:
                 return
             spec = body.spec
-            released: Any = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "resourceVersion": body.metadata.resource_version,
-                },
-                "spec": {
-                    "holderIdentity": "",
-                    "leaseDurationSeconds": spec.lease_duration_seconds,
-                    "leaseTransitions": spec.lease_transitions or 0,
-                    **({"renewTime": _micro_time(spec.renew_time)} if spec.renew_time else {}),
-                },
+            released = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": spec.lease_duration_seconds,
+                "leaseTransitions": spec.lease_transitions or 0,
+                **({"renewTime": _micro_time(spec.renew_time)} if spec.renew_time else {}),
             }
-            self.leases.replace_namespaced_lease(self.name, self.namespace, released)
+            self.leases.replace_namespaced_lease(
+                self.name, self.namespace, self._replacing(body, released)
+            )
         except ApiException as error:
             log.warning("lease %s/%s not released: %s", self.namespace, self.name, error.reason)
         self.leading = False

@@ -10,8 +10,8 @@ It only ever runs inside a network namespace the run made itself (`llmfleet isol
 in a private mount namespace with their own tmpfs on /run, /var/lib and /var/log, so nothing of
 theirs lands on the host's disk and their mounts vanish with them. What is host-wide and is
 undone on the way down: the kubelet's kernel settings (saved first, restored), and the cgroups
-it makes (all under a root of this node's own, removed). ../shared/notes/real-node-facts.md has
-why each setting is there.
+it makes (all under a root of this node's own, removed). README.md ("The real node") and
+realnode_config.py say why each setting is there.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A real node is a kubelet with containerd and runc, registered to the local control plane next to
 kwok's fake GPU nodes and running real containers (realnode.py starts it). Every choice below was
-a failure on these machines before it was made (../shared/notes/real-node-facts.md):
+a failure on these machines before it was made (README.md, "The real node"):
 
 - cgroup v1 hosts: `failCgroupV1: false`, the `cgroupfs` driver, swap tolerated;
 - no CAP_SYS_RESOURCE even for root: containerd's CRI runtime restricts `oom_score_adj`;
