@@ -79,4 +79,7 @@ def running_system(
 
 @pytest.fixture(scope="session")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    yield from running_system(tmp_path_factory, "state")
+    """The system as `make up` starts it: the chart's pods and the samples' engine pods on a real
+    node, from the built images (the modules that measure fleet behaviour start their own, on
+    kwok nodes with the pod runner's engines)."""
+    yield from running_system(tmp_path_factory, "state", "--real-node")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import httpx
 import psutil
 
-from llmfleet.core.cluster import build
+from llmfleet.core.cluster import LocalCluster, build
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
 from llmfleet.core.local import layout
 from tests.net import wait_for as _wait_for
@@ -38,6 +38,15 @@ class LocalSystem:
         self.http = httpx.Client(timeout=30, trust_env=False)
         self.up_output = ""
         """What `llmfleet up` printed on stdout (the endpoints and the first commands)."""
+        self.node = LocalCluster(layout.CLUSTER_NAME, state=self.paths.root).real_node()
+        """The system's real node; `on_real_node` says whether it runs one."""
+
+    @property
+    def on_real_node(self) -> bool:
+        """Whether the system runs a real node (`llmfleet up --real-node`), so that the chart's
+        components and the engine pods that landed there are containers, not supervised
+        processes."""
+        return self.node.paths.dir.is_dir()
 
     # -- the user's commands ---------------------------------------------------------------------
 
@@ -72,21 +81,26 @@ class LocalSystem:
         return record
 
     def processes(self) -> list[psutil.Process]:
-        """Every process of the system (its supervisor's session)."""
+        """Every process of the system: its supervisor's session and, on a real node, every
+        process of the node's containers (in the node's cgroups: a container is not in the
+        session, nor in the system's network namespace)."""
         record = layout.Record.read(self.paths.record)
         if record is None:
             return []
+        containers = self.node.container_pids() if self.on_real_node else set()
         found = []
         for process in psutil.process_iter():
             try:
-                if os.getsid(process.pid) == record.pid:
+                if process.pid in containers or os.getsid(process.pid) == record.pid:
                     found.append(process)
             except (ProcessLookupError, PermissionError):
                 continue
         return found
 
     def component(self, name: str) -> psutil.Process:
-        """The process of one supervised component (`gateway`, `operator`, `podrunner`, …)."""
+        """The process of one component (`gateway`, `operator`, `podrunner`, …): supervised, or
+        on a real node the main process of the chart's container (`llmfleet <name>`; with two
+        replicas, either one)."""
 
         def match() -> psutil.Process | None:
             for process in self.processes():
@@ -100,6 +114,8 @@ class LocalSystem:
                     return process
                 if "llmfleet.core.cli" in line and name in line[line.index("llmfleet.core.cli") :]:
                     return process
+                if len(line) >= 2 and line[-2].endswith("llmfleet") and line[-1] == name:
+                    return process  # the chart's `command: [llmfleet, <name>]`
             return None
 
         return wait_for(match, 30, f"the {name} process")
@@ -171,6 +187,14 @@ class LocalSystem:
                 parts.append(f"--- kubectl {' '.join(args[:2])} ({title})\n{self.kubectl(*args)}")
             except Exception as error:  # the report says what could not be read
                 parts.append(f"--- {title}: {error}")
+        if self.on_real_node:
+            for component in ("operator", "autoscaler", "gateway"):
+                args = ("logs", "-n", layout.CHART_NAMESPACE, f"deployment/llmfleet-{component}",
+                        "--all-containers", f"--tail={log_lines}")  # fmt: skip
+                try:
+                    parts.append(f"--- kubectl logs ({component} pod)\n{self.kubectl(*args)}")
+                except Exception as error:
+                    parts.append(f"--- {component} pod logs: {error}")
         logs = [*self.paths.logs.glob("*.log"), *self.paths.logs.glob("components/*.log")]
         for log_file in sorted(logs):
             try:
@@ -194,15 +218,20 @@ class LocalSystem:
         return items
 
     def serving(self, service: str, pool: str) -> list[str]:
-        """Names of the pool's pods that are serving and Ready because their engine is (the pod
-        runner's reason `EngineReady`: kwok marks a new pod Ready before its engine started, and
-        the runner takes that back within a second)."""
+        """Names of the pool's pods that are serving and Ready because their engine is: on the
+        real node the kubelet's probe says so; on a kwok node, the pod runner's reason
+        `EngineReady` (kwok marks a new pod Ready before its engine started, and the runner takes
+        that back within a second)."""
         names = []
         for pod in self.pods(service, pool):
             labels = pod["metadata"].get("labels", {})
             conditions = pod.get("status", {}).get("conditions", [])
+            # On the real node the kubelet's readiness probe says Ready (no reason given).
+            real = pod.get("spec", {}).get("nodeName") == self.node.name
             ready = any(
-                c["type"] == "Ready" and c["status"] == "True" and c.get("reason") == "EngineReady"
+                c["type"] == "Ready"
+                and c["status"] == "True"
+                and (real or c.get("reason") == "EngineReady")
                 for c in conditions
             )
             if ready and labels.get("llmfleet.dev/serving") == "true":

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import running_system
 from e2e.system import LocalSystem, wait_for
 from e2e.test_system import Tally, client, stream_once, under_traffic
 from llmfleet.core import images
@@ -57,18 +56,23 @@ ENGINE_PROCS = (
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    yield from running_system(tmp_path_factory, "real-node-state", "--real-node")
+def real(system: LocalSystem) -> LocalSystem:
+    """The session's system (`llmfleet up --real-node`, as `make up` starts it)."""
+    assert system.on_real_node, "no real node: `llmfleet up --real-node` fell back"
+    return system
 
 
 @pytest.fixture(scope="module")
-def web(real: LocalSystem) -> str:
+def web(real: LocalSystem) -> Iterator[str]:
     real.kubectl("create", "secret", "generic", "web-token", "-n", "default",
                  f"--from-literal=token={SECRET}")  # fmt: skip
     real.kubectl("apply", "-f", "-", stdin=WEB)
     wait_for(lambda: len(serving(real, "web")) == 2 or None, 120, "two serving web pods")
     real.wait_models(["web"])
-    return "web"
+    yield "web"
+    # The session's system goes on to other modules: it gives back the node's GPUs it took.
+    real.kubectl("delete", "inferenceservice", "web", "-n", "default", "--wait=false")
+    real.kubectl("delete", "secret", "web-token", "-n", "default")
 
 
 def node_name(system: LocalSystem) -> str:

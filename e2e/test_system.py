@@ -1,5 +1,6 @@
-"""Client -> gateway -> a pod the operator created -> the engine the pod runner started for it,
-with the official `openai` client, and the system under faults.
+"""Client -> gateway pod -> an engine pod the operator created, its container run by the real
+node's kubelet (the session's system, as `make up` starts it), with the official `openai` client,
+and the system under faults.
 
 Each fault test counts what the clients saw: answered, failed with an error the client saw, and
 lost (a client that hung or a stream that ended with neither a finish reason nor an error). Lost
@@ -243,7 +244,8 @@ def under_traffic(
 def test_engine_killed_mid_stream(system: LocalSystem) -> None:
     """SIGKILL the engine of `chat`'s serving pod while streams run on it: the streams it carried
     end with an error event the client sees; the pod is not Ready until its engine answers again
-    (the pod runner restarts it), and requests meanwhile fail fast rather than hang."""
+    (the launcher exits with its engine and the kubelet restarts the container), and requests
+    meanwhile fail fast rather than hang."""
     killed: list[str] = []
 
     def kill_engine() -> None:
@@ -260,8 +262,8 @@ def test_engine_killed_mid_stream(system: LocalSystem) -> None:
 
 
 def test_gateway_restarted_under_load(system: LocalSystem) -> None:
-    """SIGKILL the gateway under load: the supervisor starts it again (as a Deployment would);
-    clients see connection errors meanwhile, none hangs, and requests succeed afterwards."""
+    """SIGKILL the gateway pod's process under load: the kubelet restarts its container; clients
+    see connection errors meanwhile, none hangs, and requests succeed afterwards."""
     old = system.component("gateway").pid
     tally = under_traffic(system, lambda: system.kill("gateway"), max_tokens=32, after=8)
     print(tally.row("gateway restarted under load"))
@@ -353,21 +355,28 @@ def test_prometheus_stopped_for_a_minute(system: LocalSystem) -> None:
 
 @pytest.mark.last
 def test_down_leaves_nothing(system: LocalSystem) -> None:
-    """`llmfleet down`: no process of the system (its session or its network namespace) and no
-    listening port is left; `status` then says it is not running."""
+    """`llmfleet down`: no process of the system (its session, its network namespace or the real
+    node's containers) and no listening port is left; `status` then says it is not running."""
     ports = [int(url.rsplit(":", 1)[1]) for url in (system.gateway, system.prometheus)]
     record = system.record()
     assert system.processes(), "the system should be running before down"
+    containers = system.node.container_pids() if system.on_real_node else set()
+    assert containers or not system.on_real_node, "the real node should run containers"
     done = system.llmfleet("down", timeout=180)
     assert done.returncode == 0, done.stderr
     left = []
     for process in psutil.process_iter():
         try:
-            if os.getsid(process.pid) == record.pid or layout.netns_of(process.pid) == record.netns:
+            if (
+                process.pid in containers
+                or os.getsid(process.pid) == record.pid
+                or layout.netns_of(process.pid) == record.netns
+            ):
                 left.append(" ".join(process.cmdline())[:100])
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     assert left == []
+    assert system.node.container_pids() == set(), "the real node's cgroups still hold processes"
     for port in [*ports, record.ports.api]:
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", port)) != 0, f"127.0.0.1:{port} still listens"

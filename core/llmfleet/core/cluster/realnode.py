@@ -17,6 +17,7 @@ realnode_config.py say why each setting is there.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -125,7 +126,11 @@ class RealNode:
             runc=build.binary(TOOLS_BY_NAME["runc"], "runc"),
             cni_bin=build.bin_dir(TOOLS_BY_NAME["cni-plugins"]),
         )
-        self.cgroup_root = f"/llmfleet-{cluster_name}"
+        # Cgroups are the host's, not the run's: two clusters of one name (two checkouts, or a
+        # test run beside `make up`) must not share a root, since stopping one kills every
+        # process under its root. The state folder tells them apart.
+        digest = hashlib.sha256(str(cluster_dir.resolve()).encode()).hexdigest()[:8]
+        self.cgroup_root = f"/llmfleet-{cluster_name}-{digest}"
         self.service_range = service_range
         """ClusterIPs: routed here (to `lo`) so that this namespace's own processes can connect
         to a Service: their first route lookup happens before kube-proxy's DNAT, and every range
@@ -376,6 +381,15 @@ class RealNode:
                 found.append(root)
         return found
 
+    def container_pids(self) -> set[int]:
+        """Every process of the node's containers (its cgroups'), as seen from the host."""
+        return {
+            int(line)
+            for cgroup in self._cgroups()
+            for line in _read_lines(cgroup / "cgroup.procs")
+            if line.isdigit()
+        }
+
     def _kill_containers(self) -> None:
         """SIGKILL every process in the node's cgroups (pods) and every shim of its socket."""
         socket = str(self.paths.socket)
@@ -385,12 +399,7 @@ class RealNode:
                     process.kill()
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            pids = {
-                int(line)
-                for cgroup in self._cgroups()
-                for line in _read_lines(cgroup / "cgroup.procs")
-                if line.isdigit()
-            }
+            pids = self.container_pids()
             if not pids:
                 return
             for pid in pids:
