@@ -14,7 +14,7 @@ $(BIN)/llmfleet: pyproject.toml
 setup: $(BIN)/llmfleet  ## virtualenv with llmfleet and its dev tools
 
 up: setup test-tools  ## the whole system on this machine, on a real node (builds what is missing)
-	$(BIN)/llmfleet up --real-node
+	$(BIN)/llmfleet up
 
 down: setup  ## stop everything `make up` started
 	$(BIN)/llmfleet down

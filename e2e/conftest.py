@@ -29,10 +29,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Iterator[pytest.TestReport]:
-    """A failed test's report carries the system's state and logs at the moment it failed
-    (CI keeps only what pytest prints, and the system is gone after the run)."""
+    """A failed test's report (or a failed fixture's) carries the system's state and logs at
+    the moment it failed (CI keeps only what pytest prints, and the system is gone after the
+    run)."""
     report: pytest.TestReport = yield
-    if report.when == "call" and report.failed:
+    if report.when in ("setup", "call") and report.failed:
         for value in getattr(item, "funcargs", {}).values():
             if isinstance(value, LocalSystem):
                 report.sections.append(("the system when the test failed", value.diagnose()))
@@ -80,6 +81,6 @@ def running_system(
 @pytest.fixture(scope="session")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
     """The system as `make up` starts it: the chart's pods and the samples' engine pods on a real
-    node, from the built images (the modules that measure fleet behaviour start their own, on
-    kwok nodes with the pod runner's engines)."""
+    node, from the built images (the canary module starts one of its own with
+    `--no-real-node`)."""
     yield from running_system(tmp_path_factory, "state", "--real-node")

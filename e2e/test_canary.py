@@ -65,9 +65,9 @@ def service(value: str, engine_args: str = QUICK) -> str:
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    """A system of this module's own (`llmfleet up` gives the operator its Prometheus URL for
-    the analysis), with the canaried service applied and serving on two pods."""
-    local = start_system(tmp_path_factory.mktemp("state"))
+    """A system of this module's own in the simulated world (kwok nodes, the pod runner's
+    engines), with the canaried service applied and serving on two pods."""
+    local = start_system(tmp_path_factory.mktemp("state"), "--no-real-node")
     try:
         local.kubectl("apply", "--server-side", "-f", "-", stdin=service("1"))
         local.wait_models([MODEL], timeout=180)

@@ -36,7 +36,10 @@ kind: InferenceService
 metadata: {{name: {name}, namespace: default}}
 spec:
   model: {{name: Qwen/Qwen2.5-1.5B-Instruct, servedName: {name}}}
-  runtime: {{gpu: {{type: H100, count: 1}}, maxNumSeqs: 4}}
+  runtime:
+    gpu: {{type: H100, count: 1}}
+    maxNumSeqs: 4
+    resources: {{requests: {{cpu: 100m, memory: 384Mi}}}}  # the real node's engines: simulators
   topology: {{unified: {{replicas: 1, minReplicas: 1, maxReplicas: 4}}}}
   slo: {{ttftP95Ms: 500, itlP95Ms: 50}}
   autoscaling: {{enabled: true, warmSpares: {spares}}}

@@ -18,7 +18,9 @@ SERVICE = {
     "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
     "metadata": {"name": NAME, "namespace": "default"},
     "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedName": MODEL},
-             "runtime": {"gpu": {"type": "H100", "count": 1}},
+             # The samples' requests: sized for the real node, whose engines are the simulator.
+             "runtime": {"gpu": {"type": "H100", "count": 1},
+                         "resources": {"requests": {"cpu": "100m", "memory": "384Mi"}}},
              "topology": {"mode": "Unified", "unified": {"replicas": 1}}},
 }  # fmt: skip
 UNIFIED = {"mode": "Unified", "unified": {"replicas": 1},

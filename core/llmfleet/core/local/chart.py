@@ -63,6 +63,12 @@ def real_node_values(ports: layout.Ports, images: Mapping[str, str]) -> dict[str
         },
         "gateway": {
             "replicas": 1,
+            # The chart asks 500m for a production gateway; on 2 cores that would leave the
+            # engine pods little room (its memory stays the chart's).
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "512Mi"},
+                "limits": {"memory": "1Gi"},
+            },
             # A machine of one user: no API keys, said explicitly (the chart requires keys).
             "auth": "none",
             "podDisruptionBudget": {"enabled": False},

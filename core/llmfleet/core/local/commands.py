@@ -121,12 +121,13 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
         real_node: Annotated[
             bool,
             typer.Option(
-                help="Install llmfleet as a user would: the chart's pods and the engine pods "
-                "run on a real node (kubelet, containerd, runc) from images built by "
-                "`llmfleet images build`; where the machine cannot run a real node, up says "
-                "why and the pod runner runs them."
+                help="Install llmfleet as a user would (the default): the chart's pods and the "
+                "engine pods run on a real node (kubelet, containerd, runc) from images built "
+                "by `llmfleet images build`; where the machine cannot run a real node, up says "
+                "why and goes on as with --no-real-node. --no-real-node: the simulated world "
+                "only (kwok's nodes, the components as processes, the pod runner's engines)."
             ),
-        ] = False,
+        ] = True,
     ) -> None:
         """Start the whole system on this machine, then show its status live.
 

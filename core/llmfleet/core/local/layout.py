@@ -21,6 +21,10 @@ CHART = Path(__file__).resolve().parents[4] / "charts" / "llmfleet"
 """The Helm chart `llmfleet up --real-node` installs (from the checkout)."""
 CHART_RELEASE = "llmfleet"
 CHART_NAMESPACE = "llmfleet"
+REAL_NODE_GPUS = 16
+"""Fake H100s the real node advertises: room for the samples at their largest (5 + 3 pods) and
+as many pods again of the user's (the e2e suite's load step runs two services beside them);
+each engine pod there asks for 100m CPU and 384Mi, so 16 fit this machine's 2 cores."""
 SCRAPE_SECONDS = 2
 """Prometheus's scrape interval in the local system."""
 

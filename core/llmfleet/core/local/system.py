@@ -137,7 +137,7 @@ class System:
             runner_owns_engines=True,
             real_node=self.images is not None,
             real_node_images=[archive for _, archive in (self.images or {}).values()],
-            real_node_gpus=nodes.NodePool("H100", 1, 8),
+            real_node_gpus=nodes.NodePool("H100", 1, layout.REAL_NODE_GPUS),
             step=lambda message: say("STEP", message),
         )
         self.real_node = spec.real_node
