@@ -322,3 +322,34 @@ def test_kubectl_logs_and_exec_reach_the_control_plane_pods(real: LocalSystem) -
         user = real.kubectl("exec", "-n", layout.CHART_NAMESPACE, name, "--", "id", "-u").strip()
         assert user == "10001", (name, user)
         assert real.kubectl("logs", "-n", layout.CHART_NAMESPACE, name).strip(), name
+
+
+BIG = """
+apiVersion: llmfleet.dev/v1alpha1
+kind: InferenceService
+metadata: {name: big, namespace: default}
+spec:
+  model: {name: org/big-model, servedName: big}
+  runtime: {gpu: {type: H100, count: 1}}
+  topology:
+    unified: {replicas: 1}
+"""
+"""A service with the GPU type's production requests (8 CPUs, 64 GiB): more than the real node
+has, so it lands on a kwok GPU node and the pod runner runs its engine."""
+
+
+def test_a_service_too_big_for_the_real_node_serves_from_a_fake_gpu_node(
+    real: LocalSystem,
+) -> None:
+    real.kubectl("apply", "-f", "-", stdin=BIG)
+    try:
+        pod = wait_for(lambda: (p := real.pods("big")) and p[0]["spec"].get("nodeName") and p[0],
+                       60, "the big pod scheduled")  # fmt: skip
+        assert pod["spec"]["nodeName"] != node_name(real)
+        # The gateway pod, behind the real node's bridge, reaches the pod runner's engine.
+        real.wait_models(["big"], timeout=120)
+        with client(real) as api:
+            answer = api.completions.create(model="big", prompt="Hello", max_tokens=4)
+        assert answer.choices[0].text
+    finally:
+        real.kubectl("delete", "inferenceservice", "big", "-n", "default", "--wait=false")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import subprocess
+from pathlib import Path
 
 from llmfleet.core import netns
 
@@ -70,10 +71,22 @@ def attach(pid: int, pod_ip: str) -> str:
         _run([*inside, "ip", "route", "add", "default", "dev", "eth0"])
         _run(["ip", "link", "set", host, "up"])
         _run(["ip", "route", "replace", f"{pod_ip}/32", "dev", host])
+        # The engine's default route is on-link, so it asks ARP for whatever address it answers.
+        # This namespace answers for its own addresses anyway; proxy ARP makes it answer for
+        # the addresses it routes elsewhere too: the real node's pods (the gateway pod behind
+        # the bridge) reach an engine on a kwok node only with it.
+        _enable_proxy_arp(host)
     except PodNetError:
         detach(pod_ip)
         raise
     return host
+
+
+def _enable_proxy_arp(link: str) -> None:
+    try:
+        Path(f"/proc/sys/net/ipv4/conf/{link}/proxy_arp").write_text("1")
+    except OSError as error:
+        raise PodNetError(f"proxy ARP on {link}: {error}") from error
 
 
 def detach(pod_ip: str) -> None:
