@@ -81,6 +81,5 @@ def running_system(
 @pytest.fixture(scope="session")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
     """The system as `make up` starts it: the chart's pods and the samples' engine pods on a real
-    node, from the built images (the canary module starts one of its own with
-    `--no-real-node`)."""
+    node, from the built images."""
     yield from running_system(tmp_path_factory, "state", "--real-node")

@@ -120,6 +120,22 @@ class LocalSystem:
 
         return wait_for(match, 30, f"the {name} process")
 
+    def logs(self, name: str) -> str:
+        """What component `name` (`operator`, `autoscaler`, `gateway`) logged: its supervised
+        process's log file, or on a real node its pods' logs, those of a container the kubelet
+        restarted included."""
+        if not self.on_real_node:
+            return (self.paths.logs / f"{name}.log").read_text(errors="replace")
+        selector = f"app.kubernetes.io/component={name}"
+        pods = self.get("pods", "-n", layout.CHART_NAMESPACE, "-l", selector)["items"]
+        found = []
+        for pod in pods:
+            args = ("logs", "-n", layout.CHART_NAMESPACE, pod["metadata"]["name"])
+            if any(c.get("restartCount") for c in pod["status"].get("containerStatuses", [])):
+                found.append(self.kubectl(*args, "--previous"))
+            found.append(self.kubectl(*args))
+        return "\n".join(found)
+
     def kill(self, name: str, signum: int = signal.SIGKILL) -> int:
         process = self.component(name)
         process.send_signal(signum)

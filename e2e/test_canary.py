@@ -65,8 +65,12 @@ def service(value: str, engine_args: str = QUICK) -> str:
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    """A system of this module's own in the simulated world (kwok nodes, the pod runner's
-    engines), with the canaried service applied and serving on two pods."""
+    """A system of this module's own in the simulated world (`--no-real-node`: kwok nodes, the
+    pod runner's engines), with the canaried service applied and serving on two pods.
+
+    Not the real node: there the launcher's warm-up meets the failing canary's injected errors
+    and exits, so its pod crash-loops and never takes traffic (and the operator, today, waits
+    for it without end: noted on issue 26)."""
     local = start_system(tmp_path_factory.mktemp("state"), "--no-real-node")
     try:
         local.kubectl("apply", "--server-side", "-f", "-", stdin=service("1"))
@@ -221,8 +225,7 @@ def test_a_healthy_canary_is_promoted_by_its_weights(system: LocalSystem) -> Non
         print(f"  weight {weight}%: {len(settled)} requests, {share:.1%} to the canary")
         assert len(settled) >= 150
         assert abs(share * 100 - weight) <= 5
-    stderr = system.paths.logs / "operator.log"
-    assert f"canary {canary} step 1 (weight 20%): Pass" in stderr.read_text()
+    assert f"canary {canary} step 1 (weight 20%): Pass" in system.logs("operator")
 
 
 def test_a_slow_canary_is_rolled_back_and_no_request_fails(system: LocalSystem) -> None:
