@@ -66,7 +66,7 @@ def test_bad_input_is_one_line_and_exit_1(args: list[str], fragment: str, tmp_pa
     env["HOME"] = str(tmp_path)
     result = subprocess.run(
         [str(LLMFLEET), "gateway", *args],
-        check=False, capture_output=True, text=True, timeout=30, env=env,
+        check=False, capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert result.returncode == 1
     assert fragment in result.stderr
@@ -78,7 +78,7 @@ def test_a_bad_static_config_is_one_line_per_problem(tmp_path: Path) -> None:
     config.write_text("models:\n  m1:\n    unifed: [http://127.0.0.1:1]\n  m2: {decode: [x]}\n")
     result = subprocess.run(
         [str(LLMFLEET), "gateway", "--static-config", str(config)],
-        check=False, capture_output=True, text=True, timeout=30,
+        check=False, capture_output=True, text=True, timeout=120,
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     assert result.returncode == 1
