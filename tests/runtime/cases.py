@@ -300,6 +300,14 @@ CASES = [
         absent=("--gpu-memory-utilization", "--optimization-level", "--block-size"),
     ),
     Case(
+        # The InferenceService's default, always rendered by the operator: eager all the same.
+        "cpu-cuda-graphs-true-is-moot",
+        "CPU:1",
+        cfg(runtime={"cudaGraphs": True}),
+        expect={"--enforce-eager": None},
+        absent=("--optimization-level",),
+    ),
+    Case(
         "cpu-slo-targets-leave-cpu-defaults",
         "CPU:1",
         cfg(slo={"itlP95Ms": 50, "ttftP95Ms": 500}, model={**MODEL, "maxModelLen": 4096}),

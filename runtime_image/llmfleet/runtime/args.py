@@ -238,9 +238,10 @@ def _gpu_memory_and_graphs(config: RuntimeConfig) -> list[Option]:
 
 
 def _cpu_memory_and_graphs(config: RuntimeConfig) -> list[Option]:
-    """A CPU engine: its KV cache in bytes of host memory, never a fraction of a GPU's; eager
-    mode, there being no CUDA graphs to capture. Spec fields that only mean something on a GPU
-    are refused rather than silently dropped."""
+    """A CPU engine: its KV cache in bytes of host memory, never a fraction of a GPU's (a
+    `gpuMemoryUtilization` the spec sets is refused, not dropped); eager mode, there being no
+    CUDA graphs to capture. `cudaGraphs: true` is the InferenceService's default, which the
+    operator always renders: it cannot mean a choice here, so it is read as "the default"."""
     rt = config.runtime
     if rt.gpu_memory_utilization is not None:
         raise LauncherError(
@@ -248,17 +249,13 @@ def _cpu_memory_and_graphs(config: RuntimeConfig) -> list[Option]:
             "runtime.gpuMemoryUtilization is a fraction of GPU memory, and this is a CPU "
             "engine: size its KV cache with extraArgs --kv-cache-memory-bytes",
         )
-    if rt.cuda_graphs:
-        raise LauncherError(
-            ExitCode.BAD_SPEC, "runtime.cudaGraphs: true, but a CPU engine has no CUDA graphs"
-        )
     kv_bytes = str(CPU_KV_CACHE_GIB * 2**30)
     kv_reason = f"{CPU_KV_CACHE_GIB} GiB of host memory for the KV cache (a CPU figure)"
     options = [Option("--kv-cache-memory-bytes", (kv_bytes,), reason=kv_reason)]
     if rt.cuda_graphs is False:
         options.append(_spec("--enforce-eager", None, "runtime.cudaGraphs"))
     else:
-        reason = "a CPU engine: no CUDA graphs, and eager mode starts sooner"
+        reason = "a CPU engine has no CUDA graphs (cudaGraphs is moot), and eager starts sooner"
         options.append(Option("--enforce-eager", reason=reason))
     return options
 
