@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,8 @@ import pytest
 from llmfleet.core import vllm_metrics
 from llmfleet.core.images import vllm_cpu
 from llmfleet.core.images.builder import source_root
+from llmfleet.gateway.endpoints import EngineLoad
+from llmfleet.gateway.scraper import engine_load
 from llmfleet.runtime import metrics as launcher_metrics
 from tests.net import free_port, status, wait_for
 from tests.runtime.processes import LAUNCHER, REPO, stop
@@ -275,11 +277,27 @@ def test_a_kv_cache_too_small_for_the_batch_preempts(engine: Engine, dump: str) 
             return client.post("/v1/completions", json=body).json()["usage"]["completion_tokens"]
 
     with ThreadPoolExecutor(BURST) as pool:
-        generated = list(pool.map(one, range(BURST)))
+        futures = [pool.submit(one, n) for n in range(BURST)]
+        # Meanwhile the gateway's scraper and the launcher's drain read the batch off /metrics.
+        load, in_engine = wait_for(
+            lambda: _busy(engine, futures), 120, "the burst in /metrics", 0.2
+        )
+        generated = [future.result() for future in futures]
     assert generated == [BURST_TOKENS] * BURST
+    assert load.running + load.waiting == in_engine > 0
+    assert 0 < load.kv_usage <= 1
     after = _preemptions(httpx.get(f"{engine.url}/metrics", timeout=30).text)
     print(f"vllm-cpu: {after - before:g} preemptions in a burst of {BURST}")
     assert after > before
+
+
+def _busy(engine: Engine, futures: list[Future[int]]) -> tuple[EngineLoad, int] | None:
+    """What the gateway's scraper and the launcher read off /metrics while the burst runs."""
+    if all(future.done() for future in futures):
+        raise AssertionError("the burst ended before /metrics showed it running")
+    text = httpx.get(f"{engine.url}/metrics", timeout=30).text
+    load, in_engine = engine_load(text), launcher_metrics.requests_in_engine(text)
+    return (load, in_engine) if load.running and load.kv_usage and in_engine else None
 
 
 def _preemptions(text: str) -> float:
