@@ -9,8 +9,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from llmfleet.core.local import commands, control, layout
 from tests.net import free_port
@@ -116,3 +118,43 @@ def test_status_watch_ends_with_status_0_when_the_system_goes_down(
     assert view.returncode == 0, text
     assert "Traceback" not in text, text
     assert "the local system went down" in errors.read_text()
+
+
+def _misses(requests: float, capacity: float, prompt: float) -> dict[str, Any]:
+    return {
+        "active": 1,
+        "ttftMisses": {
+            "boundMs": 500, "requests": requests, "capacity": capacity, "promptTooLong": prompt,
+        },
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pools", "line"),
+    [
+        pytest.param(
+            {"unified": _misses(240, 0, 31)},
+            "31 of 240 over 500 ms: 0 short of capacity, 31 prompt too long "
+            "(would miss on an idle engine)",
+            id="a-miss-no-scaling-fixes-reads-as-such",
+        ),
+        pytest.param(
+            {"prefill": _misses(100, 4, 1), "decode": {"active": 2}},
+            "5 of 100 over 500 ms: 4 short of capacity, 1 prompt too long "
+            "(would miss on an idle engine)",
+            id="disaggregated-the-prefill-pool-says",
+        ),
+        pytest.param({"unified": _misses(0, 0, 0)}, "", id="no-request-nothing"),
+        pytest.param({"unified": {"active": 1}}, "", id="no-reading-nothing"),
+    ],
+)  # fmt: skip
+def test_the_status_view_says_which_slo_misses_capacity_would_fix(
+    pools: dict[str, Any], line: str
+) -> None:
+    assert control.ttft_misses(pools) == line
+    row = control.ServiceRow("default", "chat", "Unified", "True", 500.0, 50.0, ttft_misses=line)
+    console = Console(width=300, record=True)
+    console.print(commands.render(control.Snapshot(services=[row])))
+    shown = console.export_text()
+    assert ("SLO misses by cause" in shown) == bool(line)
+    assert line in shown

@@ -46,7 +46,7 @@ from llmfleet.autoscaler.inputs import (
 )
 from llmfleet.autoscaler.promote import promotion
 from llmfleet.autoscaler.sizing import Need, decode_need, prefill_need
-from llmfleet.crds.inference_service import InferenceServiceSpec
+from llmfleet.crds.inference_service import InferenceServiceSpec, SloMisses
 from llmfleet.crds.spec import PoolSpec
 
 _PREFILL_ROLES = ("prefill", "unified")
@@ -145,10 +145,15 @@ def decide_fast(
         if plan.active > current.active:
             plans[name] = replace(plan, reason=f"fast pass: {plan.reason}")
         elif promote:
-            plans[name] = PoolDecision(current.active + 1, current.spares, f"fast pass: {promote}")
+            plans[name] = PoolDecision(
+                current.active + 1, current.spares, f"fast pass: {promote}",
+                ttft_misses=plan.ttft_misses,
+            )  # fmt: skip
         else:
             reason = f"fast pass: holding {current.active}"
-            plans[name] = PoolDecision(current.active, current.spares, reason)
+            plans[name] = PoolDecision(
+                current.active, current.spares, reason, ttft_misses=plan.ttft_misses
+            )
         minimum = pool_specs[name].min_replicas or 0
         wishes[name] = Wish(plans[name].active, plans[name].spares, current.active, minimum, True)
     gpus, budget = inputs.spec.runtime.gpu.count, inputs.spec.autoscaling.gpu_budget
@@ -268,7 +273,26 @@ def _pool(
         low_since=low_since,
         low_peak=low_peak,
     )
-    return replace(decision, spares=spares, reason=reason, floor=minimum), False, next_state
+    misses = ttft_misses(name, signals, spec)
+    decided = replace(decision, spares=spares, reason=reason, floor=minimum, ttft_misses=misses)
+    return decided, False, next_state
+
+
+def ttft_misses(name: str, signals: PoolSignals, spec: InferenceServiceSpec) -> SloMisses | None:
+    """The window's requests over the TTFT target by cause: queued for capacity (more replicas
+    fix them) or over it in their own prefill (they would miss on an idle engine), read as the
+    correction reads them (`goodput.capacity_misses`, certain misses only); None for a pool
+    without a TTFT target, a TTFT histogram or requests in the window."""
+    target, histogram = spec.slo.ttft_p95_ms, signals.ttft_histogram
+    if name not in _PREFILL_ROLES or target is None or histogram is None or histogram.total <= 0:
+        return None
+    late = capacity_misses(over(histogram, target / 1000.0, Round.UP), signals.prefill_histogram)
+    return SloMisses(
+        bound_ms=round(1000 * late.bound_s, 3),
+        requests=round(late.total + late.prefill_bound, 1),
+        capacity=round(late.over, 1),
+        prompt_too_long=round(late.prefill_bound, 1),
+    )
 
 
 def _evidence(

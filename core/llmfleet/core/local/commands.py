@@ -61,7 +61,16 @@ def render(shot: control.Snapshot) -> Group:
     for pool in shot.pools:
         if pool.decision:
             sizing.add_row(f"{pool.service}/{pool.pool}", pool.decision)
+    misses = Table(
+        "NAMESPACE", "SERVICE", "REQUESTS OVER THE TTFT SLO (autoscaler's rate window)",
+        title="SLO misses by cause", title_justify="left",
+    )  # fmt: skip
+    for row in shot.services:
+        if row.ttft_misses:
+            misses.add_row(row.namespace, row.service, row.ttft_misses)
     parts: list[Any] = [services, pools, sizing]
+    if misses.row_count:
+        parts.append(misses)
     if shot.decisions:
         decisions = Table("TIME", "SERVICE", "CHANGE", title="recent scaling", title_justify="left")
         for when, service, message in shot.decisions:
