@@ -138,7 +138,9 @@ def decide_fast(
     for name, plan in full.pools.items():
         pool = inputs.pools.get(name)
         if pool is None:
+            # Its counts stand (the full pass holds it too), and they count against the budget.
             plans[name] = PoolDecision(plan.active, plan.spares, "fast pass: not observed yet")
+            wishes[name] = Wish(plan.active, plan.spares, plan.active, plan.active, False)
             continue
         current = pool.pods
         promote = promotion(pool, pool_specs[name].max_replicas, config)
