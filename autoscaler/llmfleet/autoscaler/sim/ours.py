@@ -69,7 +69,8 @@ def service_spec(
 
 
 class OurPolicy:
-    name = "llmfleet"
+    name: str
+    """"llmfleet", or the name of a second run beside it (`compare.ours_beside`)."""
 
     def __init__(
         self,
@@ -78,7 +79,9 @@ class OurPolicy:
         config: PolicyConfig | None = None,
         *,
         fast_interval_s: float = FAST_INTERVAL_S,
+        name: str = "llmfleet",
     ) -> None:
+        self.name = name
         self.spec = spec
         self.profile = profile
         self.config = config or PolicyConfig()
