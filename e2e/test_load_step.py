@@ -8,8 +8,11 @@ pod, and TTFT p95 of the requests sent during the step. The figures are printed 
 lines) and the test asserts only what must hold: both services add serving capacity, the
 spare's service does not add it later than the other, and at most 2% of requests fail.
 
-Figures depend on the local engines' documented cold start (engines.COLD_START_SECONDS) and the
-autoscaler's pass interval in the local system (5 s) and Prometheus's scrape (2 s).
+Figures depend on the local engines' documented cold start (engines.COLD_START_SECONDS), the
+autoscaler's passes in the local system (full every 5 s, fast every second: the fast pass
+promotes the spare on the first queued request, `autoscaler/promote.py`) and Prometheus's
+scrape (2 s). `LLMFLEET_AUTOSCALER_FAST_INTERVAL_SECONDS=0` in the environment runs the system
+without fast passes (issue 30's baseline).
 """
 
 from __future__ import annotations

@@ -128,8 +128,11 @@ def pool(
     spares: int = 0,
     starting: int = 0,
     unschedulable: int = 0,
+    ready_spares: int | None = None,
     profile: CapacityProfile | None = PROFILE,
 ) -> PoolInputs:
+    """`active` pods of which `starting` are not Ready yet, and `spares` warm spares, all Ready
+    unless `ready_spares` says how many are."""
     return PoolInputs(
         pods=PoolPods(
             active=active,
@@ -137,6 +140,7 @@ def pool(
             ready=active - starting,
             starting=starting,
             unschedulable=unschedulable,
+            ready_spares=spares if ready_spares is None else ready_spares,
         ),
         signals=load,
         profile=profile,

@@ -22,11 +22,12 @@ from tests.autoscaler.builders import PROFILE, at, signals, spec
 # Counting pods
 
 
-def test_pods_are_counted_per_pool_without_spares_or_terminating_ones() -> None:
+def test_pods_are_counted_per_pool_with_spares_apart_and_without_terminating_ones() -> None:
     pods = [
         PodView("decode", ready=True, serving=True),
         PodView("decode", ready=True, serving=True),
         PodView("decode", ready=True, serving=False),  # a warm spare or a draining pod
+        PodView("decode", ready=True, serving=False, terminating=True),  # gone: not a spare
         PodView("decode", ready=False, serving=False),  # starting
         PodView("decode", ready=False, serving=True, unschedulable=True),
         PodView("decode", ready=True, serving=True, terminating=True),
@@ -35,7 +36,9 @@ def test_pods_are_counted_per_pool_without_spares_or_terminating_ones() -> None:
     counted = pool_pods(spec(mode="Disaggregated", warm_spares=1), None, pods)
     assert counted == {
         "prefill": PoolPods(active=1, spares=1, ready=1, starting=0, unschedulable=0),
-        "decode": PoolPods(active=1, spares=1, ready=2, starting=1, unschedulable=1),
+        "decode": PoolPods(
+            active=1, spares=1, ready=2, starting=1, unschedulable=1, ready_spares=1
+        ),
     }
 
 

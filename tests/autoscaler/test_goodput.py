@@ -20,6 +20,7 @@ from llmfleet.autoscaler.goodput import (
     over,
     wilson_lower,
 )
+from llmfleet.crds.inference_service import SloMisses
 from tests.autoscaler.builders import at, inputs, pool, signals, spec
 
 BOUNDS = (0.5, 1.0, 2.5, 5.0)
@@ -223,3 +224,40 @@ def test_an_invalid_histogram_holds_fail_static() -> None:
     assert (
         "metrics invalid (ttft_histogram counts not cumulative" in decision.pools["unified"].reason
     )
+
+
+@pytest.mark.parametrize(
+    ("load", "expected"),
+    [
+        # 1,000 requests, 100 over 2.5 s, each of them over 2.5 s in its own prefill: the SLO
+        # is missed, and no replica would have helped.
+        pytest.param(
+            {"ttft_histogram": histogram(500, 300, 100, 60, 40),
+             "prefill_histogram": prefill(800, 100, 60, 40)},
+            SloMisses(bound_ms=2500, requests=1000, capacity=0, prompt_too_long=100),
+            id="every-miss-a-prompt-too-long",
+        ),
+        pytest.param(
+            {"ttft_histogram": histogram(500, 300, 100, 60, 40),
+             "prefill_histogram": prefill(880, 100, 15, 5)},
+            SloMisses(bound_ms=2500, requests=1000, capacity=80, prompt_too_long=20),
+            id="mostly-short-of-capacity",
+        ),
+        pytest.param(
+            {"ttft_histogram": histogram(500, 300, 100, 60, 40)},
+            SloMisses(bound_ms=2500, requests=1000, capacity=100, prompt_too_long=0),
+            id="no-prefill-histogram-every-miss-counts-as-capacity",
+        ),
+        pytest.param({}, None, id="no-histogram-nothing-said"),
+        pytest.param(
+            {"ttft_histogram": histogram(0, 0, 0, 0, 0)}, None, id="no-request-nothing-said"
+        ),
+    ],
+)  # fmt: skip
+def test_the_decision_says_which_misses_capacity_would_fix(
+    load: dict[str, LatencyHistogram], expected: SloMisses | None
+) -> None:
+    decision = decide(inputs(spec(), unified=pool(4, signals(8, **load))), PolicyState(), at(0))
+    assert decision.pools["unified"].ttft_misses == expected
+    written = decision.status().pools["unified"].ttft_misses
+    assert written == expected

@@ -280,3 +280,16 @@ def test_the_chart_on_the_real_node_runs_the_built_images_and_is_never_pulled() 
     for name in chart.RESTRICTED_NAMESPACES:
         labels = chart.namespace(name)["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_the_chart_on_the_real_node_runs_fast_passes_within_a_scrape() -> None:
+    """Issue 30: a warm spare is promoted within about one scrape plus one fast pass of the
+    first queued request, so the fast pass runs, and at least once per scrape."""
+    values = chart.real_node_values(
+        layout.Ports(), {"control-plane": "c.local/cp:1", "engine-local": "e.local/engine:1"}
+    )
+    autoscaler = values["autoscaler"]
+    assert isinstance(autoscaler, dict)
+    settings = autoscaler["settings"]
+    assert 0 < settings["fastIntervalSeconds"] < settings["intervalSeconds"]
+    assert settings["fastIntervalSeconds"] <= layout.SCRAPE_SECONDS

@@ -10,6 +10,7 @@ from llmfleet.crds.inference_service import (
     AutoscalingPoolDecision,
     AutoscalingStatus,
     FloorMemory,
+    SloMisses,
 )
 
 
@@ -23,6 +24,9 @@ class PoolDecision:
     floor: int | None = None
     """The lowest serving count this decision allowed (minReplicas, or the policy's own when
     it is unset: `floor.py`); None when the pool was held without sizing it."""
+    ttft_misses: SloMisses | None = None
+    """The window's requests over the TTFT target by cause (`policy.ttft_misses`); None where
+    the pool has no TTFT target, no histogram or no request in the window."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Decision:
                     spares=p.spares,
                     reason=p.reason[:1024],
                     floor_memory=floor_memory(self.state.pool(name)),
+                    ttft_misses=p.ttft_misses,
                 )
                 for name, p in self.pools.items()
             },

@@ -52,6 +52,10 @@ class PolicyConfig:
     light_after_s: float = 1800.0
     """A pool with minReplicas unset is light, and its floor 1, once no decision has needed
     `unset_min_replicas` for this long and for twice the longest lull between two that did."""
+    promote_waiting: float = 1.0
+    """Requests queued in a pool's engines (all pods together) at which a fast pass promotes
+    one of its Ready warm spares (`promote.py`): an engine queues only once its batch or its KV
+    cache is full, so one queued request already says the serving pods are short."""
     goodput_z: float = 1.645
     """One-sided z of the Wilson bound a goodput share must clear before it cuts the correction
     (1.645: 95% confidence that more than the allowed share missed; `goodput.py`)."""
@@ -142,6 +146,9 @@ class PoolPods:
     """Scheduled or schedulable pods that are not Ready yet: capacity to come."""
     unschedulable: int = 0
     """Pending pods the scheduler could not place (no node has the GPUs)."""
+    ready_spares: int = 0
+    """Ready pods out of traffic (warm spares, or pods still draining): what a promotion can
+    put into service at once (`promote.py`)."""
 
 
 @dataclass(frozen=True)

@@ -273,6 +273,8 @@ def _patch(status: AutoscalingStatus, current: AutoscalingStatus | None) -> dict
         kept = current.pools.get(pool) if current else None
         if decided.floor_memory is None and kept is not None and kept.floor_memory:
             wire["pools"][pool]["floorMemory"] = None
+        if decided.ttft_misses is None and kept is not None and kept.ttft_misses:
+            wire["pools"][pool]["ttftMisses"] = None
     if status.metrics_missing_since is None and current and current.metrics_missing_since:
         wire |= {"metricsMissingSince": None, "metricsMissingPools": None}
     return wire

@@ -7,6 +7,7 @@ Pure: the Kubernetes layer (`kube.py`) turns API objects into `PodView`s; this m
     ready          = Ready pods that serve (spares and draining pods carry no load)
     starting       = pods that are not Ready, not terminating and not unschedulable
     unschedulable  = Pending pods the scheduler could not place
+    ready_spares   = Ready pods out of traffic (warm spares, draining pods)
 """
 
 from __future__ import annotations
@@ -57,5 +58,6 @@ def pool_pods(
             ready=sum(1 for pod in mine if pod.ready and pod.serving),
             starting=sum(1 for pod in mine if not pod.ready and not pod.unschedulable),
             unschedulable=sum(1 for pod in mine if pod.unschedulable),
+            ready_spares=sum(1 for pod in mine if pod.ready and not pod.serving),
         )
     return result

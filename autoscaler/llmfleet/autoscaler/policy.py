@@ -44,8 +44,9 @@ from llmfleet.autoscaler.inputs import (
     PoolState,
     ServiceInputs,
 )
+from llmfleet.autoscaler.promote import promotion
 from llmfleet.autoscaler.sizing import Need, decode_need, prefill_need
-from llmfleet.crds.inference_service import InferenceServiceSpec
+from llmfleet.crds.inference_service import InferenceServiceSpec, SloMisses
 from llmfleet.crds.spec import PoolSpec
 
 _PREFILL_ROLES = ("prefill", "unified")
@@ -120,22 +121,55 @@ def decide_fast(
     """The fast pass between full passes: scale up only, never learn, never start a window.
 
     `inputs` carry the last full pass's rates and latencies with fresh gauges (running and
-    waiting requests, KV-cache usage, pod counts) read every few seconds. A queue the pool cannot
-    clear within the TTFT target (the prefill need's backlog term) then sizes the pool on the
-    tick that sees it, instead of up to one full interval later; warm spares are promoted first.
-    Every pool whose full decision would not grow keeps its counts, and the state passed in is
-    the state returned: the full pass alone learns, forecasts and scales down."""
+    waiting requests, KV-cache usage, pod counts) read every second or two. Per pool, the
+    larger of:
+    - the full sizing on those gauges (a queue the pool cannot clear within the TTFT target is
+      the prefill need's backlog term), on the tick that sees it instead of up to one full
+      interval later;
+    - one warm spare promoted on requests queued in the engines (`promote.py`), whatever the
+      sizing model believes: promoting is a label flip, and the full pass's scale-down undoes it.
+    Every other pool keeps its counts; the GPU budget then binds as in `decide`. The state
+    passed in is the state returned: the full pass alone learns, forecasts and scales down."""
+    config = config or PolicyConfig()
     full = decide(inputs, state, now, config)
     plans: dict[str, PoolDecision] = {}
+    wishes: dict[str, Wish] = {}
+    pool_specs = inputs.spec.pools()
     for name, plan in full.pools.items():
         pool = inputs.pools.get(name)
-        if pool is None or plan.active <= pool.pods.active:
-            current = pool.pods if pool is not None else None
-            active = current.active if current is not None else plan.active
-            spares = current.spares if current is not None else plan.spares
-            plans[name] = PoolDecision(active, spares, f"fast pass: holding {active}")
-        else:
+        if pool is None:
+            # Its counts stand (the full pass holds it too), and they count against the budget.
+            plans[name] = PoolDecision(plan.active, plan.spares, "fast pass: not observed yet")
+            wishes[name] = Wish(plan.active, plan.spares, plan.active, plan.active, False)
+            continue
+        current = pool.pods
+        promote = promotion(pool, pool_specs[name].max_replicas, config)
+        if plan.active > current.active:
             plans[name] = replace(plan, reason=f"fast pass: {plan.reason}")
+        elif promote:
+            plans[name] = PoolDecision(
+                current.active + 1, current.spares, f"fast pass: {promote}",
+                ttft_misses=plan.ttft_misses,
+            )  # fmt: skip
+        else:
+            reason = f"fast pass: holding {current.active}"
+            plans[name] = PoolDecision(
+                current.active, current.spares, reason, ttft_misses=plan.ttft_misses
+            )
+        minimum = pool_specs[name].min_replicas or 0
+        wishes[name] = Wish(plans[name].active, plans[name].spares, current.active, minimum, True)
+    gpus, budget = inputs.spec.runtime.gpu.count, inputs.spec.autoscaling.gpu_budget
+    for name, wish in fit(wishes, gpus, budget).items():
+        plan = plans[name]
+        if (wish.active, wish.spares) != (plan.active, plan.spares):
+            cut = f"GPU budget {budget} reached ({gpus} GPU per pod)"
+            plans[name] = replace(
+                plan,
+                active=wish.active,
+                spares=wish.spares,
+                reason=f"{plan.reason}; {cut}",
+                limited="; ".join(x for x in (plan.limited, cut) if x),
+            )
     return Decision(plans, state, now)
 
 
@@ -241,7 +275,26 @@ def _pool(
         low_since=low_since,
         low_peak=low_peak,
     )
-    return replace(decision, spares=spares, reason=reason, floor=minimum), False, next_state
+    misses = ttft_misses(name, signals, spec)
+    decided = replace(decision, spares=spares, reason=reason, floor=minimum, ttft_misses=misses)
+    return decided, False, next_state
+
+
+def ttft_misses(name: str, signals: PoolSignals, spec: InferenceServiceSpec) -> SloMisses | None:
+    """The window's requests over the TTFT target by cause: queued for capacity (more replicas
+    fix them) or over it in their own prefill (they would miss on an idle engine), read as the
+    correction reads them (`goodput.capacity_misses`, certain misses only); None for a pool
+    without a TTFT target, a TTFT histogram or requests in the window."""
+    target, histogram = spec.slo.ttft_p95_ms, signals.ttft_histogram
+    if name not in _PREFILL_ROLES or target is None or histogram is None or histogram.total <= 0:
+        return None
+    late = capacity_misses(over(histogram, target / 1000.0, Round.UP), signals.prefill_histogram)
+    return SloMisses(
+        bound_ms=round(1000 * late.bound_s, 3),
+        requests=round(late.total + late.prefill_bound, 1),
+        capacity=round(late.over, 1),
+        prompt_too_long=round(late.prefill_bound, 1),
+    )
 
 
 def _evidence(

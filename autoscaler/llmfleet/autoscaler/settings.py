@@ -22,12 +22,14 @@ class AutoscalerSettings(LoopbackSettings):
     """Namespaces whose InferenceServices to size; all namespaces when empty."""
     interval_seconds: float = Field(default=15.0, gt=0)
     """Seconds between passes: one Prometheus scrape interval, as the ServiceMonitor sets it."""
-    fast_interval_seconds: float = Field(default=5.0, ge=0)
+    fast_interval_seconds: float = Field(default=2.0, ge=0)
     """Seconds between fast passes (0: none): the engines' running and waiting requests and KV
-    usage only, on the last full pass's rates, and scale-ups only (`policy.decide_fast`), so a
-    surge is met up to one full interval sooner. The gauges are as fresh as the engines' scrape
-    interval; `llmfleet sim` measures what it buys (README, "The autoscaler and the fleet
-    simulator")."""
+    usage only, on the last full pass's rates, and scale-ups only (`policy.decide_fast`): a
+    queue promotes a warm spare on the tick that sees it (`promote.py`), and a surge is sized up
+    to one full interval sooner. One small query per service and pass. The gauges are as fresh
+    as the engines' scrape interval: spare promotion follows the first queued request within
+    about one scrape interval plus one fast interval (`llmfleet sim` measures what the pass
+    buys; README, "The autoscaler and the fleet simulator")."""
     rate_window: str = "1m"
     """PromQL range of the rates and latency quantiles (at least 4 scrape intervals)."""
     peak_window: str = "30s"

@@ -406,6 +406,23 @@ class FloorMemory(ApiModel):
     """Longest time between two such sizings (the quiet before the first included)."""
 
 
+class SloMisses(ApiModel):
+    """The rate window's requests over a pool's TTFT target, by cause: what more replicas would
+    fix and what they would not (the autoscaler's reading of the engines' TTFT and prefill-time
+    histograms, `goodput.capacity_misses`)."""
+
+    bound_ms: float = Field(ge=0)
+    """The histogram boundary the target was read at (the next one at or above it)."""
+    requests: float = Field(ge=0)
+    """Requests the window holds."""
+    capacity: float = Field(ge=0)
+    """Requests over the bound that waited for capacity: more replicas would have served them
+    in time."""
+    prompt_too_long: float = Field(ge=0)
+    """Requests whose prefill alone took longer than the bound: they would miss the target on
+    an idle engine, and no scaling fixes them."""
+
+
 class AutoscalingPoolDecision(ApiModel):
     active: int = Field(ge=0)
     """Serving replicas the autoscaler wants."""
@@ -415,6 +432,9 @@ class AutoscalingPoolDecision(ApiModel):
     """Why (the policy's reason string)."""
     floor_memory: FloorMemory | None = None
     """What the autoscaler measured for its own floor (pools whose minReplicas is unset)."""
+    ttft_misses: SloMisses | None = None
+    """Requests over the TTFT target in the last rate window, by cause (prefill and unified
+    pools with a TTFT target and requests in the window)."""
 
 
 class AutoscalingStatus(ApiModel):

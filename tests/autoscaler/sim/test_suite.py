@@ -112,6 +112,35 @@ def test_the_cli_runs_the_suite_with_a_summary(tmp_path: Path) -> None:
     ):
         assert f"small.jsonl {name}" in result.output
     assert "Summary: llmfleet against the cheapest baseline" in result.output
+    assert "llmfleet 1 spare" in result.output  # ours with 0 spares, and with 1 beside it
+
+
+@pytest.mark.parametrize(("spares", "beside"), [(0, "llmfleet 1 spare"), (1, "llmfleet 0 spares")])
+def test_the_suite_runs_ours_with_0_and_1_spares_side_by_side(
+    tmp_path: Path, spares: int, beside: str
+) -> None:
+    path = tmp_path / "small.jsonl"
+    lines = [
+        json.dumps(
+            {"timestamp": int(t * 500), "input_length": 2000, "output_length": 20, "hash_ids": [1]}
+        )
+        for t in range(120)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(
+        app,
+        [str(path), "--suite", "robust", "-p", "llmfleet", "--warm-spares", str(spares),
+         "--quiet", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    for member in document["traces"]:
+        assert [p["policy"] for p in member["policies"]] == ["llmfleet", beside]
+        # Ours beside ours is no baseline: with none run, no baseline meets the goal.
+        assert "no baseline" in member["verdict"] or "NOT met" in member["verdict"]
+    for row in document["summary"]:
+        assert row["llmfleetBeside"]["policy"] == beside
+        assert row["cheapestBaselineAtGoal"] is None
 
 
 def test_an_unknown_suite_is_a_user_error(tmp_path: Path) -> None:

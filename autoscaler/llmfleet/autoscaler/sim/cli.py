@@ -126,7 +126,13 @@ def run(
         comparison = compare(
             trace,
             settings,
-            Options(warm_spares, min_replicas, max_replicas),
+            # The robust suite runs ours with the other of 0 and 1 spares beside it.
+            Options(
+                warm_spares,
+                min_replicas,
+                max_replicas,
+                beside_spares=(1 if warm_spares == 0 else 0) if suite else None,
+            ),
             names,
             progress=progress,
         )

@@ -61,6 +61,19 @@ class Options:
     policy's minReplicas is left unset (it chooses its floor, `floor.py`), the baselines get
     `BASELINE_MIN_REPLICAS`, what their users set for availability."""
     max_replicas: int = 64
+    beside_spares: int | None = None
+    """Our policy once more with this many warm spares (named by `ours_beside`), reported beside
+    it; None or `warm_spares`: not run (the robust suite sets the other of 0 and 1)."""
+
+
+def ours_beside(spares: int) -> str:
+    """The name our policy's second run (`Options.beside_spares`) is reported under."""
+    return f"llmfleet {spares} spare{'' if spares == 1 else 's'}"
+
+
+def is_ours(policy: str) -> bool:
+    """Our policy or its second run: never a baseline to compare against."""
+    return policy == "llmfleet" or policy.startswith("llmfleet ")
 
 
 @dataclass(frozen=True)
@@ -190,21 +203,26 @@ def compare(
     )
     itl_ms, ttft_ms = settings.slo.itl_ms, settings.slo.ttft_ms
     cap = options.max_replicas
-    factories: dict[str, Callable[[], Controller]] = {
-        "llmfleet": lambda: OurPolicy(
+
+    def ours(spares: int, name: str) -> OurPolicy:
+        return OurPolicy(
             service_spec(
                 ttft_ms=ttft_ms,
                 itl_ms=itl_ms,
                 initial=initial,
                 min_replicas=options.min_replicas,
                 max_replicas=cap,
-                warm_spares=options.warm_spares,
+                warm_spares=spares,
             ),
             profile,
             # A goal of 99% of requests within the targets makes them 99th-percentile targets;
             # a forecast is worth as far ahead as a new pod takes to serve.
             PolicyConfig(latency_quantile=GOAL / 100, horizon_s=settings.model.cold_start_s),
-        ),
+            name=name,
+        )
+
+    factories: dict[str, Callable[[], Controller]] = {
+        "llmfleet": lambda: ours(options.warm_spares, "llmfleet"),
         "static-peak": lambda: StaticPeak(static),
         "keda-inflight": lambda: KedaInflight(initial, min_replicas=floor, max_replicas=cap),
         "llm-d-wva": lambda: LlmdWva(initial, settings.model, min_replicas=floor, max_replicas=cap),
@@ -217,6 +235,10 @@ def compare(
         ),
         "aibrix-kpa": lambda: AibrixKpa(initial, min_replicas=floor, max_replicas=cap),
     }
+    beside = options.beside_spares
+    if "llmfleet" in names and beside is not None and beside != options.warm_spares:
+        factories[ours_beside(beside)] = lambda: ours(beside, ours_beside(beside))
+        names = [*names, ours_beside(beside)]
     runs: list[RunResult] = []
     for name in names:
         run = simulate(trace, factories[name](), settings)

@@ -92,6 +92,9 @@ class Observation:
     ttft_histogram: LatencyHistogram | None = None
     itl_histogram: LatencyHistogram | None = None
     prefill_histogram: LatencyHistogram | None = None
+    ready_spares: int = 0
+    """Loaded pods out of traffic (spares, draining ones): what a promotion puts into service
+    (`PoolPods.ready_spares`)."""
     ttft_mean_ms: float | None = None
     """Mean TTFT over the rate window (Dynamo's planner reads averages); None when none."""
     itl_mean_ms: float | None = None
@@ -189,6 +192,7 @@ class Meter:
             spares=pool.spares,
             ready=pool.count(PodState.SERVING),
             starting=pool.count(PodState.STARTING),
+            ready_spares=pool.count(PodState.SPARE) + pool.count(PodState.DRAINING),
             pods=tuple(_view(p) for p in traffic),
             ttft_histogram=ttft_histogram,
             itl_histogram=itl_histogram,

@@ -24,7 +24,10 @@ from llmfleet.crds.inference_service import InferenceServiceSpec
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 """Simulated second 0 as the policy's wall clock."""
 FAST_INTERVAL_S = 5.0
-"""The fast pass's period (production: `AutoscalerSettings.fast_interval_seconds`)."""
+"""The fast pass's period. Production's default is 2 s (`AutoscalerSettings
+.fast_interval_seconds`) on gauges as old as the engines' scrape (15 s with the chart's
+ServiceMonitor); the simulator's fast look reads the engines' gauges of that very moment, so a
+look every 5 s stands for production's fresher cadence on staler gauges."""
 
 
 def service_spec(
@@ -66,7 +69,8 @@ def service_spec(
 
 
 class OurPolicy:
-    name = "llmfleet"
+    name: str
+    """"llmfleet", or the name of a second run beside it (`compare.ours_beside`)."""
 
     def __init__(
         self,
@@ -75,7 +79,9 @@ class OurPolicy:
         config: PolicyConfig | None = None,
         *,
         fast_interval_s: float = FAST_INTERVAL_S,
+        name: str = "llmfleet",
     ) -> None:
+        self.name = name
         self.spec = spec
         self.profile = profile
         self.config = config or PolicyConfig()
@@ -112,7 +118,8 @@ class OurPolicy:
         return pool.active, pool.spares
 
     def decide_fast(self, observation: Observation) -> tuple[int, int]:
-        """The fast pass: the last full tick's rates and latencies with this moment's gauges."""
+        """The fast pass: the last full tick's rates and latencies with this moment's gauges;
+        a queue promotes a loaded spare as in production (`promote.py`)."""
         if self._signals is None:
             return observation.active, observation.spares
         now = T0 + timedelta(seconds=observation.now)
@@ -132,5 +139,6 @@ class OurPolicy:
             spares=observation.spares,
             ready=observation.ready,
             starting=observation.starting,
+            ready_spares=observation.ready_spares,
         )
         return ServiceInputs(self.spec, {"unified": PoolInputs(pods, signals, self.profile)})

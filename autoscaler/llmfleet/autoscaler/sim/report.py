@@ -10,7 +10,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from llmfleet.autoscaler.sim.compare import GOAL, Comparison, PolicyMetrics
+from llmfleet.autoscaler.sim.compare import GOAL, Comparison, PolicyMetrics, is_ours
 
 
 def _ms(value: float) -> str:
@@ -108,7 +108,7 @@ def verdict(comparison: Comparison) -> str:
     ours = next((m for m in comparison.metrics if m.policy == "llmfleet"), None)
     if ours is None:
         return "llmfleet not run"
-    rivals = [m for m in comparison.metrics if m.policy != "llmfleet" and m.meets_goal]
+    rivals = [m for m in comparison.metrics if not is_ours(m.policy) and m.meets_goal]
     if not ours.meets_goal:
         return (
             f"goal NOT met: llmfleet reaches {ours.ttft_attainment:.2f}% TTFT / "
@@ -131,28 +131,38 @@ def verdict(comparison: Comparison) -> str:
 
 
 def _cheapest_rival(comparison: Comparison) -> PolicyMetrics | None:
-    rivals = [m for m in comparison.metrics if m.policy != "llmfleet" and m.meets_goal]
+    rivals = [m for m in comparison.metrics if not is_ours(m.policy) and m.meets_goal]
     return min(rivals, key=lambda m: m.gpu_hours) if rivals else None
+
+
+def _beside(comparison: Comparison) -> PolicyMetrics | None:
+    """Our policy's second run (`Options.beside_spares`), if there was one."""
+    return next((m for m in comparison.metrics if m.policy.startswith("llmfleet ")), None)
 
 
 def summary(comparisons: list[Comparison]) -> Table:
     """One row per trace: ours against the cheapest baseline that meets the goal."""
     result = Table(title="Summary: llmfleet against the cheapest baseline meeting the goal")
-    for column in (
-        "trace",
-        "llmfleet TTFT / ITL ok %",
-        "GPU-h",
-        "cheapest baseline at goal",
-        "goal",
-    ):
+    beside = next((b.policy for c in comparisons if (b := _beside(c)) is not None), None)
+    columns = ["trace", "llmfleet TTFT / ITL ok %", "GPU-h"]
+    if beside is not None:
+        columns += [f"{beside} TTFT / ITL ok %", "GPU-h "]
+    for column in (*columns, "cheapest baseline at goal", "goal"):
         result.add_column(column, justify="left" if column in ("trace", "goal") else "right")
+
+    def cells(m: PolicyMetrics | None) -> list[str]:
+        if m is None:
+            return ["-", "-"]
+        return [f"{m.ttft_attainment:.2f} / {m.itl_attainment:.2f}", f"{m.gpu_hours:.2f}"]
+
     for comparison in comparisons:
         ours = next((m for m in comparison.metrics if m.policy == "llmfleet"), None)
         rival = _cheapest_rival(comparison)
+        row = [comparison.trace.name, *cells(ours)]
+        if beside is not None:
+            row += cells(_beside(comparison))
         result.add_row(
-            comparison.trace.name,
-            "-" if ours is None else f"{ours.ttft_attainment:.2f} / {ours.itl_attainment:.2f}",
-            "-" if ours is None else f"{ours.gpu_hours:.2f}",
+            *row,
             "none" if rival is None else f"{rival.policy} {rival.gpu_hours:.2f}",
             verdict(comparison).split(":")[0],
         )
@@ -168,6 +178,7 @@ def summary_json(comparisons: list[Comparison]) -> list[dict[str, Any]]:
             {
                 "trace": comparison.trace.name,
                 "llmfleet": None if ours is None else _row(ours),
+                "llmfleetBeside": None if (b := _beside(comparison)) is None else _row(b),
                 "cheapestBaselineAtGoal": None if rival is None else rival.policy,
                 "verdict": verdict(comparison),
             }

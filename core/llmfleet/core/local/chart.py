@@ -57,6 +57,8 @@ def real_node_values(ports: layout.Ports, images: Mapping[str, str]) -> dict[str
             "prometheusUrl": prometheus,
             "settings": {
                 "intervalSeconds": 5,
+                # As the supervised autoscaler (system.py): spares promoted within seconds.
+                "fastIntervalSeconds": 1,
                 "scrapeInterval": f"{layout.SCRAPE_SECONDS}s",
                 "statusRefreshSeconds": 15,
             },

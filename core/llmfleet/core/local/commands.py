@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -60,7 +61,16 @@ def render(shot: control.Snapshot) -> Group:
     for pool in shot.pools:
         if pool.decision:
             sizing.add_row(f"{pool.service}/{pool.pool}", pool.decision)
+    misses = Table(
+        "NAMESPACE", "SERVICE", "REQUESTS OVER THE TTFT SLO (autoscaler's rate window)",
+        title="SLO misses by cause", title_justify="left",
+    )  # fmt: skip
+    for row in shot.services:
+        if row.ttft_misses:
+            misses.add_row(row.namespace, row.service, row.ttft_misses)
     parts: list[Any] = [services, pools, sizing]
+    if misses.row_count:
+        parts.append(misses)
     if shot.decisions:
         decisions = Table("TIME", "SERVICE", "CHANGE", title="recent scaling", title_justify="left")
         for when, service, message in shot.decisions:
@@ -70,18 +80,49 @@ def render(shot: control.Snapshot) -> Group:
     return Group(*parts)
 
 
+def follow(
+    take: Callable[[], control.Snapshot],
+    alive: Callable[[], bool],
+    show: Callable[[control.Snapshot], None],
+    wait: Callable[[], None],
+) -> None:
+    """The live view's loop: `show` a fresh snapshot, then `wait`, until the system is gone.
+
+    Returns once `alive()` says the system stopped (`llmfleet down` in another shell). A
+    snapshot that fails while the system still runs (it is stopping: the API server or
+    Prometheus went first; or it is not answering yet) shows as a problem under the last good
+    one; one that fails once the system is gone ends the loop as the check does: no traceback."""
+    last = control.Snapshot()
+    while alive():
+        try:
+            last = take()
+        except Exception as error:  # the system stopping under the view, or an API server away
+            if not alive():
+                return
+            cause = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+            problem = f"could not read the system: {type(error).__name__} {cause}".strip()
+            show(replace(last, problems=[*last.problems, problem]))
+        else:
+            show(last)
+        wait()
+
+
 def _show_status(paths: layout.Paths, record: layout.Record, watch: bool) -> None:
     if not watch:
         out.print(render(control.snapshot(paths, record)))
         return
-    with Live(render(control.snapshot(paths, record)), console=out, refresh_per_second=1) as live:
+    with Live(render(control.Snapshot()), console=out, refresh_per_second=1) as live:
         try:
-            while control.running(paths) is not None:
-                time.sleep(2)
-                live.update(render(control.snapshot(paths, record)))
+            follow(
+                lambda: control.snapshot(paths, record),
+                lambda: control.running(paths) is not None,
+                lambda shot: live.update(render(shot)),
+                lambda: time.sleep(2),
+            )
         except KeyboardInterrupt:
-            pass
-    err.print("the system keeps running; `llmfleet down` stops it")
+            err.print("the system keeps running; `llmfleet down` stops it")
+            return
+    err.print("the local system went down (`llmfleet down`); the live view ends")
 
 
 def _first_steps(paths: layout.Paths, record: layout.Record) -> None:

@@ -283,6 +283,26 @@ class ServiceRow:
     rps: float | None = None
     ttft_p95_ms: float | None = None
     itl_p95_ms: float | None = None
+    ttft_misses: str = ""
+    """The autoscaler's count of the window's requests over the TTFT target, by cause
+    (`ttft_misses`); empty when it has none."""
+
+
+def ttft_misses(pools: dict[str, Any]) -> str:
+    """`status.autoscaling.pools`' TTFT misses as one line for a service, e.g. `3 of 240 over
+    500 ms: 1 short of capacity, 2 prompt too long (would miss on an idle engine)`; "" when no
+    pool reports any request. Pools that prefill (unified, prefill) are summed."""
+    found = [p["ttftMisses"] for p in pools.values() if isinstance(p.get("ttftMisses"), dict)]
+    requests = sum(float(m.get("requests", 0)) for m in found)
+    if requests <= 0:
+        return ""
+    capacity = sum(float(m.get("capacity", 0)) for m in found)
+    prompt = sum(float(m.get("promptTooLong", 0)) for m in found)
+    bound = max(float(m.get("boundMs", 0)) for m in found)
+    return (
+        f"{capacity + prompt:.0f} of {requests:.0f} over {bound:g} ms: {capacity:.0f} short of "
+        f"capacity, {prompt:.0f} prompt too long (would miss on an idle engine)"
+    )
 
 
 @dataclass
@@ -328,7 +348,7 @@ def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:  # noqa: P
     decided: dict[tuple[str, str, str], str] = {}
     for item in services["items"]:
         meta, spec = item["metadata"], item.get("spec", {})
-        scaled = item.get("status", {}).get("autoscaling", {}).get("pools", {})
+        scaled = (item.get("status") or {}).get("autoscaling", {}).get("pools", {})
         for pool, state in scaled.items():
             decided[(meta["namespace"], meta["name"], pool)] = str(state.get("reason", ""))
         conditions = {c["type"]: c for c in item.get("status", {}).get("conditions", [])}
@@ -342,6 +362,7 @@ def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:  # noqa: P
                 f"{ready.get('status', '?')} {ready.get('reason', '')}".strip(),
                 slo.get("ttftP95Ms"),
                 slo.get("itlP95Ms"),
+                ttft_misses=ttft_misses(scaled),
             )
         )
     pools: dict[tuple[str, str, str], PoolRow] = {}

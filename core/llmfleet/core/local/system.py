@@ -223,13 +223,21 @@ class System:
         )
 
         say("STEP", f"starting the autoscaler (metrics on 127.0.0.1:{self.ports.autoscaler})")
-        autoscaler_env = env | {
-            "LLMFLEET_AUTOSCALER_METRICS_PORT": str(self.ports.autoscaler),
-            "LLMFLEET_AUTOSCALER_METRICS_HOST": "127.0.0.1",
-            "LLMFLEET_AUTOSCALER_INTERVAL_SECONDS": "5",
-            "LLMFLEET_AUTOSCALER_SCRAPE_INTERVAL": f"{layout.SCRAPE_SECONDS}s",
-            "LLMFLEET_AUTOSCALER_STATUS_REFRESH_SECONDS": "15",
-        }
+        # Fast passes every second on gauges scraped every SCRAPE_SECONDS: a warm spare serves
+        # within about 3 s of the first queued request (`autoscaler/promote.py`). The caller's
+        # environment may set another (0: none, as before issue 30; the e2e's baseline).
+        fast = {"LLMFLEET_AUTOSCALER_FAST_INTERVAL_SECONDS": "1"}
+        autoscaler_env = (
+            fast
+            | env
+            | {
+                "LLMFLEET_AUTOSCALER_METRICS_PORT": str(self.ports.autoscaler),
+                "LLMFLEET_AUTOSCALER_METRICS_HOST": "127.0.0.1",
+                "LLMFLEET_AUTOSCALER_INTERVAL_SECONDS": "5",
+                "LLMFLEET_AUTOSCALER_SCRAPE_INTERVAL": f"{layout.SCRAPE_SECONDS}s",
+                "LLMFLEET_AUTOSCALER_STATUS_REFRESH_SECONDS": "15",
+            }
+        )
         self._wait_ready(
             self._child(
                 "autoscaler",
