@@ -283,6 +283,35 @@ class ServiceRow:
     rps: float | None = None
     ttft_p95_ms: float | None = None
     itl_p95_ms: float | None = None
+    metrics: str = "-"
+    """The MetricsMissing condition in a word: `missing` while True (no engine series reach
+    Prometheus, so the autoscaler holds the pools), `ok` while False, `-` without it (a service
+    the autoscaler does not scale)."""
+    metrics_missing: str = ""
+    """The MetricsMissing condition's message while it is True; empty otherwise."""
+
+
+def service_row(item: dict[str, Any]) -> ServiceRow:
+    """The status view's row of one InferenceService as the API server returns it."""
+    meta, spec = item["metadata"], item.get("spec", {})
+    conditions = {c["type"]: c for c in item.get("status", {}).get("conditions", [])}
+    ready = conditions.get("Ready", {})
+    missing = conditions.get("MetricsMissing", {})
+    slo = spec.get("slo", {})
+    return ServiceRow(
+        meta["namespace"],
+        meta["name"],
+        spec.get("topology", {}).get("mode", "Unified"),
+        f"{ready.get('status', '?')} {ready.get('reason', '')}".strip(),
+        slo.get("ttftP95Ms"),
+        slo.get("itlP95Ms"),
+        metrics={"True": "missing", "False": "ok"}.get(str(missing.get("status")), "-"),
+        metrics_missing=(
+            str(missing.get("message") or missing.get("reason") or "MetricsMissing")
+            if missing.get("status") == "True"
+            else ""
+        ),
+    )
 
 
 @dataclass
@@ -308,7 +337,7 @@ def _prom_vector(url: str, query: str) -> dict[tuple[str, str], float]:
     return values
 
 
-def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:  # noqa: PLR0915
+def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:
     from kubernetes import client  # noqa: PLC0415 - `llmfleet --help` stays fast
 
     from llmfleet.core.kube import api_client  # noqa: PLC0415
@@ -327,23 +356,11 @@ def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:  # noqa: P
         api.close()  # type: ignore[no-untyped-call]
     decided: dict[tuple[str, str, str], str] = {}
     for item in services["items"]:
-        meta, spec = item["metadata"], item.get("spec", {})
+        meta = item["metadata"]
         scaled = item.get("status", {}).get("autoscaling", {}).get("pools", {})
         for pool, state in scaled.items():
             decided[(meta["namespace"], meta["name"], pool)] = str(state.get("reason", ""))
-        conditions = {c["type"]: c for c in item.get("status", {}).get("conditions", [])}
-        ready = conditions.get("Ready", {})
-        slo = spec.get("slo", {})
-        shot.services.append(
-            ServiceRow(
-                meta["namespace"],
-                meta["name"],
-                spec.get("topology", {}).get("mode", "Unified"),
-                f"{ready.get('status', '?')} {ready.get('reason', '')}".strip(),
-                slo.get("ttftP95Ms"),
-                slo.get("itlP95Ms"),
-            )
-        )
+        shot.services.append(service_row(item))
     pools: dict[tuple[str, str, str], PoolRow] = {}
     for pod in pods:
         labels: dict[str, str] = pod.metadata.labels or {}
