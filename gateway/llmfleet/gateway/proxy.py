@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -137,8 +138,10 @@ class Forwarder:
         self._options = PluginOptions(bounded_load_factor=settings.bounded_load_factor)
         # Fail at start-up, not on the first request, when a profile names an unknown plugin.
         Scheduler.build(profile.filters, profile.scorers, profile.picker, self._options)
-        self._streams: set[_Relay] = set()
-        """The streams being relayed now (what `cut_streams` ends)."""
+        self._streams: weakref.WeakSet[_Relay] = weakref.WeakSet()
+        """The streams being relayed now (what `cut_streams` ends). Weak: a stream whose
+        request was dropped unfinished must stay collectable, as its collection closes its
+        engine connection (the engine then stops generating)."""
 
     def cut_streams(self) -> int:
         """End every stream still relayed with one SSE error event (`gateway_shutdown`), so a
