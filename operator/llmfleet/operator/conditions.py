@@ -251,11 +251,12 @@ def _metrics_missing(service: InferenceService, observed: Observed, now: datetim
     if since is None or (now - since).total_seconds() < after_seconds:
         return (ConditionStatus.FALSE, "SeriesArrive", "The engines' series reach Prometheus.")
     pools = ", ".join((status.metrics_missing_pools if status else None) or []) or "its pools"
-    minutes = (now - since).total_seconds() / 60
+    seconds = (now - since).total_seconds()
+    lasted = f"{seconds:.0f} seconds" if seconds < 120 else f"{seconds / 60:.0f} minutes"
     return (
         ConditionStatus.TRUE,
         "NoEngineSeries",
-        f"Prometheus has had no engine series for {pools} for {minutes:.0f} minutes (since "
+        f"Prometheus has had no engine series for {pools} for {lasted} (since "
         f"{since_text}), though their pods are Ready. {METRICS_MISSING_HINT}",
     )
 
