@@ -92,6 +92,40 @@ CASES = [
          "spec.runtime.speculative.numTokens"),
     Case("env-name-invalid", {"runtime.env": [{"name": "1BAD", "value": "x"}]},
          "spec.runtime.env[0].name"),
+    # GPU selection by capability (issue 27): what no node can offer is refused.
+    Case("gpu-mig-on-l4", {"runtime.gpu": {"type": "L4", "mig": "1g.10gb"}},
+         "spec.runtime.gpu.mig", "gpu.mig is not a MIG profile of gpu.type"),
+    Case("gpu-mig-of-another-type", {"runtime.gpu": {"type": "H100", "mig": "1g.18gb"}},
+         "spec.runtime.gpu.mig", "gpu.mig is not a MIG profile of gpu.type"),
+    Case("gpu-mig-not-a-profile", {"runtime.gpu": {"type": "H100", "mig": "half"}},
+         "spec.runtime.gpu.mig", api_says="in body should match", validate_says="does not match"),
+    Case("gpu-mig-with-several-gpus", {"runtime.gpu": {"type": "A100", "count": 2,
+                                                       "mig": "3g.40gb"}},
+         "spec.runtime.gpu.count", "gpu.mig gives each pod one MIG slice"),
+    Case("gpu-memory-above-every-product", {"runtime.gpu": {"type": "H100", "minMemoryGB": 141}},
+         "spec.runtime.gpu.minMemoryGB", "gpu.minMemoryGB is more than any product of gpu.type"),
+    Case("gpu-memory-above-the-mig-slice", {"runtime.gpu": {"type": "A100", "mig": "3g.40gb",
+                                                            "minMemoryGB": 41}},
+         "spec.runtime.gpu.minMemoryGB", "gpu.mig's slice has less memory than gpu.minMemoryGB"),
+    Case("gpu-memory-zero", {"runtime.gpu": {"minMemoryGB": 0}}, "spec.runtime.gpu.minMemoryGB",
+         api_says="should be greater than or equal to 1", validate_says="at least 1"),
+    Case("gpu-node-label-without-products",
+         {"runtime.gpu": {"nodeLabel": "cloud.google.com/gke-accelerator"}},
+         "spec.runtime.gpu.products", "gpu.nodeLabel needs gpu.products"),
+    Case("gpu-products-and-memory", {"runtime.gpu": {"products": ["NVIDIA-H100-PCIe"],
+                                                     "minMemoryGB": 80}},
+         "spec.runtime.gpu.minMemoryGB", "gpu.products names the nodes to select itself"),
+    Case("gpu-products-empty", {"runtime.gpu": {"products": []}}, "spec.runtime.gpu.products",
+         api_says="should have at least 1 items", validate_says="at least 1"),
+    Case("selector-product-below-the-memory",
+         {"runtime.gpu": {"type": "A100", "minMemoryGB": 80},
+          "topology.unified": {"nodeSelector": {
+              "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}},
+         "spec.topology.unified.nodeSelector", "is not a product runtime.gpu selects"),
+    Case("selector-product-not-listed",
+         {"runtime.gpu": {"products": ["NVIDIA-H100-NVL"]},
+          "topology.unified": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-PCIe"}}},
+         "spec.topology.unified.nodeSelector", "is not a product runtime.gpu selects"),
     # Engine pods (issue 27): env from Secrets, the model cache and source, pod resources.
     Case("env-value-and-value-from",
          {"runtime.env": [{"name": "A", "value": "x", "valueFrom": {"secretKeyRef": SECRET_KEY}}]},
@@ -228,11 +262,11 @@ CASES = [
          "spec.model.maxModelLen", "maxBatchedTokens needs model.maxModelLen"),
     Case("selector-names-another-gpu",
          {"topology.unified": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}},
-         "spec.topology.unified.nodeSelector", "is not the product of runtime.gpu.type"),
+         "spec.topology.unified.nodeSelector", "is not a product runtime.gpu selects"),
     Case("decode-selector-names-another-gpu",
          {"topology": {**DISAGGREGATED, "decode": {
              "replicas": 1, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}}},
-         "spec.topology.decode.nodeSelector", "is not the product of runtime.gpu.type"),
+         "spec.topology.decode.nodeSelector", "is not a product runtime.gpu selects"),
     Case("min-above-max", {"topology.unified": {"replicas": 2, "minReplicas": 3, "maxReplicas": 2}},
          "spec.topology.unified.minReplicas", "minReplicas must not exceed maxReplicas"),
     # Types and ranges, where the API server's words are poor and `llmfleet validate`'s are not.
@@ -457,6 +491,17 @@ VALID_AT_THE_EDGE = {
     "chunked-off-budget-unset": changed({"runtime.chunkedPrefill": {"enabled": False}}),
     "selector-names-the-same-gpu": changed({"topology.unified": {
         "replicas": 2, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}),
+    "selector-names-another-product-of-the-family": changed({"topology.unified": {
+        "replicas": 2, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-PCIe"}}}),
+    "gpu-memory-of-the-largest-product": changed({"runtime.gpu": {"minMemoryGB": 94}}),
+    "gpu-mig-memory-of-the-slice": changed(
+        {"runtime.gpu": {"type": "A100", "mig": "3g.40gb", "minMemoryGB": 40}}),
+    "gpu-mig-of-the-type": changed({"runtime.gpu": {"type": "H200", "mig": "1g.18gb"}}),
+    "gpu-cloud-label-and-products": changed({"runtime.gpu": {
+        "type": "H100", "count": 8, "nodeLabel": "cloud.google.com/gke-accelerator",
+        "products": ["nvidia-h100-80gb"]}}),
+    "gpu-products-with-mig": changed({"runtime.gpu": {
+        "type": "A100", "products": ["NVIDIA-A100-SXM4-40GB"], "mig": "1g.5gb"}}),
     "whole-number-as-float": changed({"topology.unified": {"replicas": 2.0}}),
     # The default of replicas follows minReplicas (an older spec set only the bounds).
     "min-replicas-alone": changed({"topology.unified": {"minReplicas": 3, "maxReplicas": 5},

@@ -71,3 +71,24 @@ def test_turning_true_posts_a_warning() -> None:
     [event] = [e for e in plan.events if e.reason == "NoEngineSeries"]
     assert event.warning
     assert event.message.startswith("MetricsMissing=True")
+
+
+@pytest.mark.parametrize(
+    ("after", "seconds_ago", "lasted"),
+    [
+        (3, 5, "for 5 seconds (since"),
+        (60, 119, "for 119 seconds (since"),
+        (60, 120, "for 2 minutes (since"),
+        (300, 3600, "for 60 minutes (since"),
+    ],
+)
+def test_the_message_says_how_long_in_words_a_person_reads(
+    after: float, seconds_ago: float, lasted: str
+) -> None:
+    """A short METRICS_MISSING_SECONDS (the live test's 3 s) reads in seconds, not "0 minutes"."""
+    plan = desired(load("spares"), observed(seconds_ago),
+                   OperatorSettings(metrics_missing_seconds=after), NOW)  # fmt: skip
+    wire: list[dict[str, str]] = plan.status["conditions"]  # type: ignore[assignment]
+    found = next(c for c in wire if c["type"] == "MetricsMissing")
+    assert found["status"] == "True"
+    assert lasted in found["message"]

@@ -77,7 +77,15 @@ def test_deployment_pod_template() -> None:
     assert {env["name"] for env in container["env"]} - spec_env - defaults == set(L.OPERATOR_ENV)
     pod_ip = next(env for env in container["env"] if env["name"] == "POD_IP")
     assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    term = {
+        "key": "nvidia.com/gpu.product",
+        "operator": "In",
+        "values": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"],
+    }
+    affinity = pod["spec"]["affinity"]["nodeAffinity"]
+    affinity = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert affinity == {"nodeSelectorTerms": [{"matchExpressions": [term]}]}
+    assert pod["spec"]["nodeSelector"] == {}
     assert pod["spec"]["terminationGracePeriodSeconds"] >= SETTINGS.drain_seconds
     assert pod["metadata"]["labels"][L.SERVING] == "false"
     service = next(
@@ -185,7 +193,8 @@ SELECTOR_MISS = "0/3 nodes are available: 3 node(s) didn't match Pod's node affi
     ("products", "scheduler", "reason", "said"),
     [
         pytest.param((H100, H100), SELECTOR_MISS, "NoMatchingGPUNodes",
-                     ["No node has H200 GPUs (nvidia.com/gpu.product=NVIDIA-H200)",
+                     ["No node has H200 GPUs (nvidia.com/gpu.product one of NVIDIA-H200, "
+                      "NVIDIA-H200-NVL)",
                       f"H100 (nvidia.com/gpu.product={H100}) on 2 node(s)",
                       "Set spec.runtime.gpu.type to H100, or add nodes with H200 GPUs."],
                      id="only-other-gpu-types"),

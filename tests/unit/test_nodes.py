@@ -20,6 +20,7 @@ from llmfleet.core.cluster.nodes import (
     NodePool,
     choose_pools,
     format_pools,
+    gpu_node,
     gpu_nodes,
     gpu_type_of,
     parse_pools,
@@ -175,3 +176,43 @@ def test_cluster_json_reads_back(written: dict[str, object], pools: str) -> None
     spec = ClusterSpec.from_json(json.dumps(written))
     assert (spec.name, spec.port, format_pools(spec.pools)) == ("c", 6443, pools)
     assert ClusterSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("gpu_type", "product", "mig", "labels", "capacity"),
+    [
+        pytest.param("H100", 1, None,
+                     {"nvidia.com/gpu.product": "NVIDIA-H100-PCIe",
+                      "nvidia.com/gpu.memory": "81559", "nvidia.com/mig.capable": "true"},
+                     {"nvidia.com/gpu": "2"}, id="h100-pcie"),
+        pytest.param("H100", 2, None, {"nvidia.com/gpu.product": "NVIDIA-H100-NVL",
+                                       "nvidia.com/gpu.memory": "95830"},
+                     {"nvidia.com/gpu": "2"}, id="h100-nvl"),
+        pytest.param("L4", 0, None, {"nvidia.com/mig.capable": "false"}, {"nvidia.com/gpu": "2"},
+                     id="l4-no-mig"),
+        pytest.param("A100", 2, {"1g.5gb": 7, "3g.20gb": 2},
+                     {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+                      "nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-1g.5gb.count": "7",
+                      "nvidia.com/mig-3g.20gb.count": "2"},
+                     {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "7",
+                      "nvidia.com/mig-3g.20gb": "2"}, id="a100-mig-mixed"),
+    ],
+)  # fmt: skip
+def test_a_node_of_another_product_or_with_mig_slices_is_labelled_as_gfd_does(
+    gpu_type: str,
+    product: int,
+    mig: dict[str, int] | None,
+    labels: dict[str, str],
+    capacity: dict[str, str],
+) -> None:
+    gpu = GPU_TYPES[gpu_type]
+    node = gpu_node("n", gpu, 2, product=gpu.products[product], mig=mig)
+    assert {key: node["metadata"]["labels"][key] for key in labels} == labels
+    assert {key: node["status"]["allocatable"][key] for key in capacity} == capacity
+
+
+def test_a_product_or_mig_profile_of_another_type_is_refused() -> None:
+    with pytest.raises(ClusterError, match="NVIDIA-H200 is not a product of H100"):
+        gpu_node("n", GPU_TYPES["H100"], 1, product=GPU_TYPES["H200"].products[0])
+    with pytest.raises(ClusterError, match=r"L4 has no MIG profile 1g\.10gb"):
+        gpu_node("n", GPU_TYPES["L4"], 1, mig={"1g.10gb": 1})

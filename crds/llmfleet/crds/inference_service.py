@@ -72,21 +72,37 @@ def _min_replicas_cel(pool: str) -> str:
     return f"(has({pool}.minReplicas) ? {pool}.minReplicas : 1)"
 
 
-_GPU_PRODUCTS_CEL = "{" + ", ".join(f"'{n}': '{g.product}'" for n, g in GPU_TYPES.items()) + "}"
-_GPU_PRODUCTS_TEXT = ", ".join(f"{n}: {g.product}" for n, g in GPU_TYPES.items())
+_GPU_PRODUCTS_CEL = (
+    "{" + ", ".join(
+        f"'{n}': [" + ", ".join(f"'{p.label}'" for p in g.products) + "]"
+        for n, g in GPU_TYPES.items()
+    ) + "}"
+)  # fmt: skip
+_PRODUCT_MEMORY_CEL = (
+    "{" + ", ".join(f"'{p.label}': {p.memory_gb}" for g in GPU_TYPES.values() for p in g.products)
+    + "}"
+)  # fmt: skip
+_GPU_PRODUCTS_TEXT = "; ".join(
+    f"{n}: {', '.join(p.label for p in g.products)}" for n, g in GPU_TYPES.items()
+)
 
 
 def _product_rule(pool: str) -> Rule:
-    """A pool's nodeSelector may name the GPU product only as `runtime.gpu.type`'s own."""
+    """A pool's nodeSelector may name the GPU product only as one `runtime.gpu` selects."""
     selector = f"{_pool_cel(pool)}.nodeSelector"
+    named = f"{selector}['{GPU_PRODUCT_LABEL}']"
+    gpu = "self.runtime.gpu"
     return Rule(
         cel=f"!has({_pool_cel(pool)}) || !has({selector}) || "
-        f"!('{GPU_PRODUCT_LABEL}' in {selector}) || "
-        f"{selector}['{GPU_PRODUCT_LABEL}'] == {_GPU_PRODUCTS_CEL}[self.runtime.gpu.type]",
-        message=f"topology.{pool}.nodeSelector's {GPU_PRODUCT_LABEL} is not the product of "
-        f"runtime.gpu.type (H100 by default; {_GPU_PRODUCTS_TEXT}): no node has both. "
-        "Remove it (llmfleet selects runtime.gpu.type's product itself) or change "
-        "runtime.gpu.type",
+        f"!('{GPU_PRODUCT_LABEL}' in {selector}) || has({gpu}.nodeLabel) || "
+        f"(has({gpu}.products) ? {named} in {gpu}.products : "
+        f"({named} in {_GPU_PRODUCTS_CEL}[{gpu}.type] && (!has({gpu}.minMemoryGB) || "
+        f"has({gpu}.mig) || {_PRODUCT_MEMORY_CEL}[{named}] >= {gpu}.minMemoryGB)))",
+        message=f"topology.{pool}.nodeSelector's {GPU_PRODUCT_LABEL} is not a product "
+        "runtime.gpu selects (runtime.gpu.products if given, else the products of "
+        f"runtime.gpu.type, H100 by default, with runtime.gpu.minMemoryGB: {_GPU_PRODUCTS_TEXT})"
+        ": no node has both. Remove it (llmfleet selects runtime.gpu's products itself) or "
+        "change runtime.gpu",
         field_path=f".topology.{pool}.nodeSelector",
         check=lambda s: s.pool_product_matches(pool),
     )
@@ -301,11 +317,12 @@ class InferenceServiceSpec(ApiModel):
         )  # fmt: skip
 
     def pool_product_matches(self, pool: str) -> bool:
-        """True unless `topology.<pool>.nodeSelector` names another GPU product than
-        `runtime.gpu.type`'s (or the pool is not given)."""
+        """True unless `topology.<pool>.nodeSelector` names a GPU product `runtime.gpu` does
+        not select (or the pool is not given); not checked with `gpu.nodeLabel`."""
         spec: PoolSpec | None = getattr(self.topology, pool)
         named = spec.node_selector.get(GPU_PRODUCT_LABEL) if spec is not None else None
-        return named is None or named == GPU_TYPES[self.runtime.gpu.type.value].product
+        gpu = self.runtime.gpu
+        return named is None or gpu.node_label is not None or named in gpu.node_products()
 
 
 class ConditionStatus(StrEnum):

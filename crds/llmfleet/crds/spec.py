@@ -14,6 +14,13 @@ from pydantic import Field, field_validator, model_validator
 
 from llmfleet.crds import labels as L
 from llmfleet.crds._base import ApiModel, Rule, cel_string, defaulted
+from llmfleet.crds.gpus import (
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    GPU_TYPES,
+    mig_memory_gb,
+    mig_resource,
+)
 from llmfleet.crds.pod import (
     EnvFromSource,
     EnvVarSource,
@@ -106,11 +113,139 @@ class GpuType(StrEnum):
     L4 = "L4"
 
 
+MIG_PROFILE = r"^[1-7]g\.[0-9]{1,3}gb$"
+"""A MIG profile's name: compute slices, then memory (`1g.10gb`)."""
+
+
+def _cel_map(entries: dict[str, object]) -> str:
+    """A CEL map literal of string keys; values are strings, ints or lists of strings."""
+
+    def value(v: object) -> str:
+        if isinstance(v, str):
+            return cel_string(v)
+        if isinstance(v, int):
+            return str(v)
+        return "[" + ", ".join(cel_string(str(item)) for item in v) + "]"  # type: ignore[attr-defined]
+
+    return "{" + ", ".join(f"{cel_string(k)}: {value(v)}" for k, v in entries.items()) + "}"
+
+
+_MIG_PROFILES_CEL = _cel_map({name: list(gpu.mig_profiles) for name, gpu in GPU_TYPES.items()})
+_MIG_PROFILES_TEXT = "; ".join(
+    f"{name}: {', '.join(gpu.mig_profiles) or 'no MIG'}" for name, gpu in GPU_TYPES.items()
+)
+_MIG_MEMORY_CEL = _cel_map(
+    {p: mig_memory_gb(p) for gpu in GPU_TYPES.values() for p in gpu.mig_profiles}
+)
+_MAX_MEMORY_CEL = _cel_map(
+    {name: max(p.memory_gb for p in gpu.products) for name, gpu in GPU_TYPES.items()}
+)
+_MAX_MEMORY_TEXT = ", ".join(
+    f"{name} up to {max(p.memory_gb for p in gpu.products)}" for name, gpu in GPU_TYPES.items()
+)
+
+
 class GpuSpec(ApiModel):
     type: GpuType = GpuType.H100
-    """GPU model every pod of the service runs on; selects nodes by `nvidia.com/gpu.product`."""
+    """GPU model every pod of the service runs on: pods may land on every product of its family
+    (`nvidia.com/gpu.product` by GFD: H100 SXM, PCIe and NVL, …) that has `minMemoryGB`."""
     count: Annotated[int, Field(ge=1, le=8)] = 1
-    """GPUs per pod (`nvidia.com/gpu` request and limit)."""
+    """GPUs per pod (`nvidia.com/gpu` request and limit; 1 with `mig`)."""
+    min_memory_gb: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        default=None, alias="minMemoryGB"
+    )
+    """Memory per GPU the model needs, in GB as GPUs are sold (80 for an H100 80GB): products of
+    the type with less are not selected (A100 40GB with 80). With `mig`, the slice's memory."""
+    mig: Annotated[str, Field(pattern=MIG_PROFILE, max_length=16)] | None = None
+    """A MIG profile of the type (`1g.10gb`): each pod gets one slice, requested as the resource
+    `nvidia.com/mig-<profile>` (the device plugin's `mixed` strategy) instead of a whole GPU."""
+    products: (
+        Annotated[list[Annotated[str, Field(pattern=LABEL_VALUE, min_length=1, max_length=63)]],
+                  Field(min_length=1, max_length=16)]
+        | None
+    ) = None  # fmt: skip
+    """The node label values to select instead of the type's products, exactly as the nodes
+    carry them (an override: `NVIDIA-A100-SXM4-40GB-MIG-1g.5gb` under the `single` MIG
+    strategy, a product llmfleet does not know, a cloud provider's accelerator label)."""
+    node_label: Annotated[str, Field(pattern=LABEL_KEY, max_length=316)] | None = None
+    """The node label `products` are values of, where nodes carry no GFD labels (a cloud
+    provider's, e.g. `cloud.google.com/gke-accelerator`); `nvidia.com/gpu.product` when unset."""
+
+    rules = (
+        Rule(
+            cel=f"!has(self.mig) || self.mig in {_MIG_PROFILES_CEL}[self.type]",
+            message="gpu.mig is not a MIG profile of gpu.type (H100 by default), so no node "
+            f"offers that slice: choose one of the type's ({_MIG_PROFILES_TEXT})",
+            field_path=".mig",
+            check=lambda g: g.mig is None or g.mig in GPU_TYPES[g.type.value].mig_profiles,
+        ),
+        Rule(
+            cel="!has(self.mig) || self.count == 1",
+            message="gpu.mig gives each pod one MIG slice (a process uses one MIG device): "
+            "set gpu.count to 1, or drop gpu.mig for whole GPUs",
+            field_path=".count",
+            check=lambda g: g.mig is None or g.count == 1,
+        ),
+        Rule(
+            cel="!has(self.minMemoryGB) || has(self.products) || has(self.mig) || "
+            f"self.minMemoryGB <= {_MAX_MEMORY_CEL}[self.type]",
+            message="gpu.minMemoryGB is more than any product of gpu.type (H100 by default) "
+            f"has per GPU ({_MAX_MEMORY_TEXT} GB), so no node fits: choose a larger GPU type, "
+            "more GPUs per pod (gpu.count) with a lower minMemoryGB, or lower it",
+            field_path=".minMemoryGB",
+            check=lambda g: (
+                g.min_memory_gb is None
+                or g.products is not None
+                or g.mig is not None
+                or g.min_memory_gb <= max(p.memory_gb for p in GPU_TYPES[g.type.value].products)
+            ),
+        ),
+        Rule(
+            cel="!has(self.mig) || !has(self.minMemoryGB) || !(self.mig in "
+            f"{_MIG_MEMORY_CEL}) || self.minMemoryGB <= {_MIG_MEMORY_CEL}[self.mig]",
+            message="gpu.mig's slice has less memory than gpu.minMemoryGB (a profile's name "
+            "ends in its memory: 3g.40gb has 40 GB): choose a larger profile",
+            field_path=".minMemoryGB",
+            check=lambda g: (
+                g.mig is None
+                or g.min_memory_gb is None
+                or re.fullmatch(MIG_PROFILE, g.mig) is None
+                or g.min_memory_gb <= mig_memory_gb(g.mig)
+            ),
+        ),
+        Rule(
+            cel="!has(self.nodeLabel) || has(self.products)",
+            message="gpu.nodeLabel needs gpu.products, the values of that label to select "
+            "(llmfleet knows only GFD's product names)",
+            field_path=".products",
+            reason="FieldValueRequired",
+            check=lambda g: g.node_label is None or g.products is not None,
+        ),
+        Rule(
+            cel="!has(self.products) || !has(self.minMemoryGB) || has(self.mig)",
+            message="gpu.products names the nodes to select itself, so gpu.minMemoryGB would "
+            "not be applied: give one of them",
+            field_path=".minMemoryGB",
+            check=lambda g: g.products is None or g.min_memory_gb is None or g.mig is not None,
+        ),
+    )
+
+    def node_label_key(self) -> str:
+        """The node label the pods select by."""
+        return self.node_label or GPU_PRODUCT_LABEL
+
+    def node_products(self) -> tuple[str, ...]:
+        """The values of `node_label_key()` a pod may land on: `products` when given, else every
+        product of the type with `minMemoryGB` (all of them with `mig`: the slice is what must
+        fit, and the resource selects the nodes that have it)."""
+        if self.products is not None:
+            return tuple(self.products)
+        gpu = GPU_TYPES[self.type.value]
+        return tuple(p.label for p in gpu.fitting(None if self.mig else self.min_memory_gb))
+
+    def resource(self) -> str:
+        """The extended resource a pod requests `count` of: a whole GPU or the MIG slice."""
+        return GPU_RESOURCE if self.mig is None else mig_resource(self.mig)
 
 
 class KvCacheDtype(StrEnum):

@@ -13,8 +13,10 @@ Contracts:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -136,6 +138,23 @@ class Forwarder:
         self._options = PluginOptions(bounded_load_factor=settings.bounded_load_factor)
         # Fail at start-up, not on the first request, when a profile names an unknown plugin.
         Scheduler.build(profile.filters, profile.scorers, profile.picker, self._options)
+        self._streams: weakref.WeakSet[_Relay] = weakref.WeakSet()
+        """The streams being relayed now (what `cut_streams` ends). Weak: a stream whose
+        request was dropped unfinished must stay collectable, as its collection closes its
+        engine connection (the engine then stops generating)."""
+
+    def cut_streams(self) -> int:
+        """End every stream still relayed with one SSE error event (`gateway_shutdown`), so a
+        client sees why its answer stops instead of a truncated body; the engines' responses
+        are closed. The server calls it just before its shutdown timeout cuts connections.
+        Returns how many streams it ended."""
+        streams = list(self._streams)
+        for stream in streams:
+            stream.cut()
+        if streams:
+            log.warning("shutting down: %d stream(s) still running ended with an error event",
+                        len(streams))  # fmt: skip
+        return len(streams)
 
     def scheduler(self, model: str, pool: Role, revision: str = "") -> Scheduler:
         key = (model, pool, revision)
@@ -315,6 +334,7 @@ class Forwarder:
             self._done(call, labels, _outcome(upstream.status_code))
             return response
         relay = _Relay(self, call, opened, labels)
+        self._streams.add(relay)
         call.closers.append(relay.aclose)
         return StreamingResponse(relay, upstream.status_code, headers, media_type)
 
@@ -340,7 +360,8 @@ class _Relay:
     engine's response even when iteration never started (a generator's `finally` would not
     run), and the gateway calls it for every stream it opened (`Call.closers`).
 
-    An engine failing mid-stream ends the body with one SSE error event."""
+    An engine failing mid-stream ends the body with one SSE error event; so does the gateway's
+    shutdown cutting the stream (`cut`)."""
 
     def __init__(self, forwarder: Forwarder, call: Call, opened: Opened, labels: Labels) -> None:
         self._forwarder = forwarder
@@ -350,17 +371,49 @@ class _Relay:
         self._chunks: AsyncIterator[bytes] | None = None
         self._last: float | None = None
         self._over = False
+        self._cut = False
+        self._reader: asyncio.Task[Any] | None = None
+        """The task waiting for the engine's next chunk, while one waits (what `cut` wakes)."""
 
     def __aiter__(self) -> _Relay:
         return self
 
+    def cut(self) -> None:
+        """End the stream at its next step with the shutdown's error event: at once when it is
+        waiting for the engine (that wait is cancelled, and the cancellation taken back)."""
+        self._cut = True
+        if self._reader is not None:
+            self._reader.cancel()
+
+    def was_cut(self) -> bool:
+        return self._cut
+
+    async def _cut_event(self) -> bytes:
+        await self._end("cancelled")
+        message = (
+            "the gateway is shutting down and cut this stream (its shutdown timeout passed): "
+            "the answer is incomplete; retry the request, another gateway replica answers it"
+        )
+        return stream_error_event(503, message, "gateway_shutdown")
+
     async def __anext__(self) -> bytes:
         if self._over or self._opened.closed:
             raise StopAsyncIteration
+        if self._cut:
+            return await self._cut_event()
         if self._chunks is None:
             self._chunks = self._opened.response.aiter_raw().__aiter__()
+        self._reader = asyncio.current_task()
         try:
             chunk = await anext(self._chunks)
+        except asyncio.CancelledError:
+            reader = self._reader
+            if self.was_cut() and reader is not None and reader.uncancel() == 0:
+                # Our own cancellation (`cut`), nobody else's: taken back, the event sent.
+                self._reader = None
+                return await self._cut_event()
+            await self._end("cancelled")  # the client left (or the task was cancelled)
+            raise
         except StopAsyncIteration:
             await self._end("ok")
             raise
@@ -373,9 +426,11 @@ class _Relay:
             await self._end("stream_error")
             message = f"the engine at {opened.url} failed mid-stream ({type(error).__name__})"
             return stream_error_event(502, message, "upstream_stream_error")
-        except BaseException:  # cancelled: the client left
+        except BaseException:
             await self._end("cancelled")
             raise
+        finally:
+            self._reader = None
         now = time.perf_counter()
         if self._last is None:
             self._metrics.ttft.observe(now - self._call.arrived)
@@ -389,6 +444,7 @@ class _Relay:
 
     async def _end(self, outcome: str) -> None:
         self._over = True
+        self._forwarder._streams.discard(self)
         await self._forwarder.close(self._call, self._opened, outcome)
 
 

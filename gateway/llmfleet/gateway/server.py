@@ -18,6 +18,8 @@ Both answers are OpenAI-shaped JSON. The body's own limits (size, read timeout) 
 from __future__ import annotations
 
 import asyncio
+import socket
+from collections.abc import Callable
 from typing import Any, Literal
 
 import uvicorn
@@ -173,6 +175,27 @@ def _config(
     )
 
 
+CUT_BEFORE_SECONDS = 1.0
+"""How long before the shutdown timeout the streams still running are ended with an error event
+(`Forwarder.cut_streams`): time to send it before the server closes their connections."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which on shutdown also schedules `cut` (the streams' clean end) for
+    `CUT_BEFORE_SECONDS` before the graceful-shutdown timeout; none without a timeout."""
+
+    def __init__(self, config: uvicorn.Config, cut: Callable[[], object] | None) -> None:
+        super().__init__(config)
+        self._cut = cut
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        timeout = self.config.timeout_graceful_shutdown
+        if self._cut is not None and timeout is not None:
+            delay = max(0.0, timeout - CUT_BEFORE_SECONDS)
+            asyncio.get_running_loop().call_later(delay, self._cut)
+        await super().shutdown(sockets)
+
+
 def serve(app: Any, settings: GatewaySettings) -> None:
     """Run `app` until SIGINT/SIGTERM with the gateway's server settings; with `admin_port`,
     also the app's `operations` (the admin routes) on that port, in the same event loop.
@@ -182,7 +205,9 @@ def serve(app: Any, settings: GatewaySettings) -> None:
     so a signal stops it first, then the API server (which runs the app's lifespan, so
     discovery and the engine clients close last), then reaches the default handler as before.
     """
-    main = uvicorn.Server(_config(app, settings, settings.port, "auto"))
+    forwarder = getattr(getattr(app, "state", None), "forwarder", None)
+    cut = forwarder.cut_streams if forwarder is not None else None
+    main = _Server(_config(app, settings, settings.port, "auto"), cut)
     operations = getattr(app, "operations", None)
     if settings.admin_port is None or operations is None:
         main.run()

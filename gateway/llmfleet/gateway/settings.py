@@ -84,8 +84,9 @@ class GatewaySettings(LoopbackSettings):
     `gateway.auth` is `none`."""
     shutdown_timeout_seconds: int | None = Field(default=None, gt=0)
     """After SIGTERM (the server stops accepting at once), how long the requests in flight,
-    streams included, may go on before they are cut: their connections are closed, and a
-    stream cut so ends without its final `data: [DONE]` event. None: as long as they take.
+    streams included, may go on before they are cut: their connections are closed. A stream
+    still running `server.CUT_BEFORE_SECONDS` (1 s) before that ends with an SSE error event
+    (code `gateway_shutdown`) instead of its final `data: [DONE]`. None: as long as they take.
     Keep it below the pod's terminationGracePeriodSeconds (the chart derives that from it)."""
     limit_replicas: int = Field(default=1, ge=1)
     """Gateway replicas that share each tenant's limits: each replica enforces

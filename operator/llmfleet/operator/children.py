@@ -15,7 +15,7 @@ from typing import Any
 
 from llmfleet.crds import API_VERSION, KIND, InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES
+from llmfleet.crds.gpus import GPU_RESOURCE
 from llmfleet.operator import engine_pod
 from llmfleet.operator.settings import OperatorSettings
 
@@ -139,8 +139,7 @@ def deployment(
         selector[L.DEPLOYMENT] = name
         pod_labels[L.REVISION] = revision
     config_hash = hashlib.sha256(_config_text(service, pool).encode()).hexdigest()[:16]
-    node_selector = {GPU_PRODUCT_LABEL: GPU_TYPES[spec.runtime.gpu.type.value].product}
-    node_selector |= pool_spec.node_selector
+    node_selector = dict(pool_spec.node_selector)
     tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     tolerations += [toleration.to_wire() for toleration in pool_spec.tolerations]
     container: dict[str, Any] = {
@@ -198,6 +197,7 @@ def deployment(
         # The engine talks to no Kubernetes API.
         "automountServiceAccountToken": False,
         "nodeSelector": node_selector,
+        "affinity": engine_pod.gpu_affinity(spec.runtime.gpu),
         "tolerations": tolerations,
         "containers": [container],
         "volumes": [

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from llmfleet.crds import Condition, InferenceService
-from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TYPES, gpu_type_of
+from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_TYPES, gpu_type_of
 from llmfleet.crds.inference_service import ConditionStatus
 from llmfleet.operator.budget import PoolTarget, gpus_held, limit_message
 from llmfleet.operator.failures import ChildFailure
@@ -32,32 +32,43 @@ def _unschedulable(observed: Observed) -> dict[str, list[str]]:
 
 
 def _no_matching_nodes(service: InferenceService, observed: Observed, pending: int) -> str | None:
-    """What to say when no node carries the service's GPU product, or None when one does (or
-    the nodes are unknown). The scheduler only says the node selector matched nothing.
+    """What to say when no node carries a GPU product the service selects, or None when one
+    does (or the nodes are unknown, or the service selects by a label other than GFD's). The
+    scheduler only says the node affinity matched nothing.
 
     NOTE: only the GPU product is checked. A pool's own nodeSelector may still rule out every
-    node of the right product; the pods are then Unschedulable with the scheduler's words."""
-    gpu = service.spec.runtime.gpu.type.value
-    product = GPU_TYPES[gpu].product
-    if observed.gpu_node_products is None or product in observed.gpu_node_products:
+    node of the right product, or no node may offer the MIG slice; the pods are then
+    Unschedulable with the scheduler's words."""
+    gpu = service.spec.runtime.gpu
+    products = gpu.node_products()
+    if gpu.node_label is not None or observed.gpu_node_products is None:
+        return None
+    if any(product in observed.gpu_node_products for product in products):
         return None
     counts = Counter(observed.gpu_node_products)
-    missing = f"No node has {gpu} GPUs ({GPU_PRODUCT_LABEL}={product}), so {pending} pod(s)"
+    which = f"={products[0]}" if len(products) == 1 else f" one of {', '.join(products)}"
+    memory = "" if gpu.min_memory_gb is None or gpu.mig else f" with {gpu.min_memory_gb} GB"
+    named = gpu.type.value if gpu.products is None else "the listed"
+    missing = f"No node has {named} GPUs{memory} ({GPU_PRODUCT_LABEL}{which}), so {pending} pod(s)"
     if not counts:
         return (
             f"{missing} cannot be scheduled; the cluster has no GPU nodes (none is labelled "
-            f"{GPU_PRODUCT_LABEL}). Add nodes with {gpu} GPUs."
+            f"{GPU_PRODUCT_LABEL}). Add nodes with {named} GPUs{memory}."
         )
     have = ", ".join(
         f"{gpu_type_of(other)} ({GPU_PRODUCT_LABEL}={other}) on {n} node(s)"
         for other, n in sorted(counts.items())
     )
-    usable = [name for name, known in GPU_TYPES.items() if known.product in counts]
+    usable = [
+        name for name, known in GPU_TYPES.items() if any(p.label in counts for p in known.products)
+    ]
     choice = usable[0] if len(usable) == 1 else f"one of {', '.join(usable)}"
     change = f"Set spec.runtime.gpu.type to {choice}, or add" if usable else "Add"
+    if memory:
+        change = f"Lower spec.runtime.gpu.minMemoryGB, {change[0].lower()}{change[1:]}"
     return (
         f"{missing} cannot be scheduled; the cluster's GPU nodes have {have}. "
-        f"{change} nodes with {gpu} GPUs."
+        f"{change} nodes with {named} GPUs{memory}."
     )
 
 
@@ -240,11 +251,12 @@ def _metrics_missing(service: InferenceService, observed: Observed, now: datetim
     if since is None or (now - since).total_seconds() < after_seconds:
         return (ConditionStatus.FALSE, "SeriesArrive", "The engines' series reach Prometheus.")
     pools = ", ".join((status.metrics_missing_pools if status else None) or []) or "its pools"
-    minutes = (now - since).total_seconds() / 60
+    seconds = (now - since).total_seconds()
+    lasted = f"{seconds:.0f} seconds" if seconds < 120 else f"{seconds / 60:.0f} minutes"
     return (
         ConditionStatus.TRUE,
         "NoEngineSeries",
-        f"Prometheus has had no engine series for {pools} for {minutes:.0f} minutes (since "
+        f"Prometheus has had no engine series for {pools} for {lasted} (since "
         f"{since_text}), though their pods are Ready. {METRICS_MISSING_HINT}",
     )
 
@@ -275,7 +287,7 @@ def conditions(
     short = {pool: a.serving < targets[pool].active for pool, a in assignments.items()}
     pending = _unschedulable(observed)
     gpu_pending = {
-        pool: msgs for pool, msgs in pending.items() if any(GPU_RESOURCE in msg for msg in msgs)
+        pool: msgs for pool, msgs in pending.items() if any(gpus.resource() in msg for msg in msgs)
     }
     summary = ", ".join(
         f"{pool} {a.serving}/{targets[pool].active} serving" for pool, a in assignments.items()
@@ -292,7 +304,8 @@ def conditions(
         count = sum(len(msgs) for msgs in gpu_pending.values())
         problem = (
             "InsufficientGPU",
-            f"{count} pod(s) need {gpus.count} x {gpus.type.value} GPU each and cannot be "
+            f"{count} pod(s) need {gpus.count} x {gpus.type.value} GPU"
+            f"{f' MIG slice {gpus.mig}' if gpus.mig else ''} each and cannot be "
             f"scheduled ({pool}: {messages[0].strip()}). Add GPU nodes, or lower replicas or "
             "runtime.gpu.count.",
         )

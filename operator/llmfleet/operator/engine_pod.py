@@ -30,7 +30,7 @@ from typing import Any
 
 from llmfleet.crds import InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.crds.gpus import GPU_RESOURCE
+from llmfleet.crds.spec import GpuSpec
 from llmfleet.operator.settings import OperatorSettings
 
 HOME_DIR = "/home/llmfleet"
@@ -64,11 +64,11 @@ def shm_size(service: InferenceService) -> str:
 
 
 def resources(service: InferenceService) -> dict[str, Any]:
-    """Requests and limits of the engine container: GPUs from `runtime.gpu`, CPU and memory
-    per GPU by type (`runtime.resources` replaces them key by key). Memory's limit is its
-    request (an engine that grows past it is killed by the kernel rather than starving its
-    node); CPU has no limit, as throttling the engine's scheduler thread costs every request
-    latency."""
+    """Requests and limits of the engine container: GPUs (or a MIG slice) from `runtime.gpu`,
+    CPU and memory per GPU by type (`runtime.resources` replaces them key by key). Memory's
+    limit is its request (an engine that grows past it is killed by the kernel rather than
+    starving its node); CPU has no limit, as throttling the engine's scheduler thread costs
+    every request latency."""
     gpu = service.spec.runtime.gpu
     requests = {
         "cpu": str(CPU_PER_GPU[gpu.type.value] * gpu.count),
@@ -81,8 +81,18 @@ def resources(service: InferenceService) -> dict[str, Any]:
     limits["memory"] = requests["memory"]
     if overrides is not None and overrides.limits is not None:
         limits |= overrides.limits.to_wire()
-    count = str(gpu.count)
-    return {"requests": requests | {GPU_RESOURCE: count}, "limits": limits | {GPU_RESOURCE: count}}
+    slots = {gpu.resource(): str(gpu.count)}  # whole GPUs, or one MIG slice (`gpu.mig`)
+    return {"requests": requests | slots, "limits": limits | slots}
+
+
+def gpu_affinity(gpu: GpuSpec) -> dict[str, Any]:
+    """The node affinity that puts a pod on a GPU `gpu` selects: a node whose product label
+    (`nvidia.com/gpu.product` from GFD, or `gpu.nodeLabel`) is one of `gpu.node_products()`.
+    The scheduler also needs the node to have the resource free (`resources`), so a MIG pod
+    lands only where the device plugin offers its slice. A pool's nodeSelector comes on top."""
+    term = {"key": gpu.node_label_key(), "operator": "In", "values": list(gpu.node_products())}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [term]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
 
 
 def pvc_source(service: InferenceService) -> tuple[str, str] | None:

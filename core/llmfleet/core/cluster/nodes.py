@@ -11,7 +11,7 @@ and heartbeating and makes pods bound to it Ready. The real kube-scheduler enfor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,8 +26,13 @@ from llmfleet.crds.gpus import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     GPU_TYPES,
+    MIG_CAPABLE_LABEL,
+    MIG_STRATEGY_LABEL,
     Gpu,
+    Product,
     gpu_type_of,
+    mig_count_label,
+    mig_resource,
 )
 
 # The GPU facts are the API's (llmfleet.crds.gpus); the local cluster's callers may read the
@@ -133,8 +138,22 @@ def node_name(gpu: Gpu, index: int) -> str:
     return f"gpu-{gpu.name.lower()}-{index}"
 
 
-def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
-    """One fake node with `gpus` GPUs of type `gpu`: capacity, GPU labels and the GPU taint.
+def gpu_node(
+    name: str,
+    gpu: Gpu,
+    gpus: int,
+    *,
+    product: Product | None = None,
+    mig: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """One fake node with `gpus` GPUs of type `gpu`: capacity, GPU labels and the GPU taint,
+    as NVIDIA's GFD and device plugin leave a real one.
+
+    `product` is the node's product of the type (its usual one by default: an H100 node is
+    `NVIDIA-H100-80GB-HBM3`, an `NVIDIA-H100-PCIe` one may be asked for). `mig` makes the GPUs
+    MIG slices under the device plugin's `mixed` strategy: profile -> slices on the node, each
+    profile a resource of its own (`nvidia.com/mig-1g.10gb`) with GFD's
+    `nvidia.com/mig-<profile>.count` label, and no whole `nvidia.com/gpu` left.
 
     The taint `nvidia.com/gpu=present:NoSchedule` is what managed GPU node pools set; the API
     server's ExtendedResourceToleration admission plugin (enabled by the local cluster) adds the
@@ -142,6 +161,12 @@ def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
     """
     if gpus < 1:
         raise ClusterError(f"--gpus-per-node must be at least 1, got {gpus}")
+    chosen = product or gpu.products[0]
+    if chosen not in gpu.products:
+        raise ClusterError(f"{chosen.label} is not a product of {gpu.name}")
+    unknown = sorted(set(mig or {}) - set(gpu.mig_profiles))
+    if unknown:
+        raise ClusterError(f"{gpu.name} has no MIG profile {', '.join(unknown)}")
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -149,20 +174,26 @@ def gpu_node(name: str, gpu: Gpu, gpus: int) -> dict[str, Any]:
         "type": "kwok",
         NODE_ROLE_LABEL: "gpu",
         GPU_PRESENT_LABEL: "true",
-        GPU_PRODUCT_LABEL: gpu.product,
+        GPU_PRODUCT_LABEL: chosen.label,
         GPU_COUNT_LABEL: str(gpus),
-        GPU_MEMORY_LABEL: str(gpu.memory_mib),
+        GPU_MEMORY_LABEL: str(chosen.memory_mib),
         GPU_FAMILY_LABEL: gpu.family,
         GPU_COMPUTE_MAJOR_LABEL: str(gpu.compute_major),
         GPU_COMPUTE_MINOR_LABEL: str(gpu.compute_minor),
+        MIG_CAPABLE_LABEL: "true" if gpu.mig_profiles else "false",
     }
     capacity = {
         "cpu": str(max(16, gpus * 16)),
         "memory": f"{max(128, gpus * 128)}Gi",
         "pods": "110",
         "ephemeral-storage": "1Ti",
-        GPU_RESOURCE: str(gpus),
+        GPU_RESOURCE: "0" if mig else str(gpus),
     }
+    if mig:
+        labels[MIG_STRATEGY_LABEL] = "mixed"
+        for profile, slices in mig.items():
+            labels[mig_count_label(profile)] = str(slices)
+            capacity[mig_resource(profile)] = str(slices)
     taint = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
     return _fake_node(name, labels, capacity, [taint])
 

@@ -38,12 +38,13 @@ def _against(value: float | None, target: float | None) -> str:
 
 def render(shot: control.Snapshot) -> Group:
     services = Table(
-        "NAMESPACE", "SERVICE", "MODE", "READY", "REQ/S", "TTFT P95 ms / SLO", "ITL P95 ms / SLO",
-        title="services", title_justify="left",
+        "NAMESPACE", "SERVICE", "MODE", "READY", "METRICS", "REQ/S", "TTFT P95 ms / SLO",
+        "ITL P95 ms / SLO", title="services", title_justify="left",
     )  # fmt: skip
     for row in shot.services:
         services.add_row(
             row.namespace, row.service, row.mode, row.ready,
+            "[red]missing[/]" if row.metrics == "missing" else row.metrics,
             "-" if row.rps is None else f"{row.rps:.2f}",
             _against(row.ttft_p95_ms, row.slo_ttft_ms),
             _against(row.itl_p95_ms, row.slo_itl_ms),
@@ -76,6 +77,13 @@ def render(shot: control.Snapshot) -> Group:
         for when, service, message in shot.decisions:
             decisions.add_row(when, service, message)
         parts.append(decisions)
+    # No engine series in Prometheus: the autoscaler holds the pools and canaries get no
+    # verdict while everything else looks healthy, so the view says it in words.
+    parts += [
+        f"[yellow]{row.namespace}/{row.service} MetricsMissing: {row.metrics_missing}[/]"
+        for row in shot.services
+        if row.metrics_missing
+    ]
     parts += [f"[yellow]{problem}[/]" for problem in shot.problems]
     return Group(*parts)
 

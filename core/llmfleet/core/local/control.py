@@ -286,6 +286,12 @@ class ServiceRow:
     ttft_misses: str = ""
     """The autoscaler's count of the window's requests over the TTFT target, by cause
     (`ttft_misses`); empty when it has none."""
+    metrics: str = "-"
+    """The MetricsMissing condition in a word: `missing` while True (no engine series reach
+    Prometheus, so the autoscaler holds the pools), `ok` while False, `-` without it (a service
+    the autoscaler does not scale)."""
+    metrics_missing: str = ""
+    """The MetricsMissing condition's message while it is True; empty otherwise."""
 
 
 def ttft_misses(pools: dict[str, Any]) -> str:
@@ -302,6 +308,30 @@ def ttft_misses(pools: dict[str, Any]) -> str:
     return (
         f"{capacity + prompt:.0f} of {requests:.0f} over {bound:g} ms: {capacity:.0f} short of "
         f"capacity, {prompt:.0f} prompt too long (would miss on an idle engine)"
+    )
+
+
+def service_row(item: dict[str, Any]) -> ServiceRow:
+    """The status view's row of one InferenceService as the API server returns it."""
+    meta, spec, status = item["metadata"], item.get("spec", {}), item.get("status") or {}
+    conditions = {c["type"]: c for c in status.get("conditions", [])}
+    ready = conditions.get("Ready", {})
+    missing = conditions.get("MetricsMissing", {})
+    slo = spec.get("slo", {})
+    return ServiceRow(
+        meta["namespace"],
+        meta["name"],
+        spec.get("topology", {}).get("mode", "Unified"),
+        f"{ready.get('status', '?')} {ready.get('reason', '')}".strip(),
+        slo.get("ttftP95Ms"),
+        slo.get("itlP95Ms"),
+        metrics={"True": "missing", "False": "ok"}.get(str(missing.get("status")), "-"),
+        metrics_missing=(
+            str(missing.get("message") or missing.get("reason") or "MetricsMissing")
+            if missing.get("status") == "True"
+            else ""
+        ),
+        ttft_misses=ttft_misses(status.get("autoscaling", {}).get("pools", {})),
     )
 
 
@@ -328,7 +358,7 @@ def _prom_vector(url: str, query: str) -> dict[tuple[str, str], float]:
     return values
 
 
-def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:  # noqa: PLR0915
+def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:
     from kubernetes import client  # noqa: PLC0415 - `llmfleet --help` stays fast
 
     from llmfleet.core.kube import api_client  # noqa: PLC0415
@@ -347,24 +377,11 @@ def snapshot(paths: layout.Paths, record: layout.Record) -> Snapshot:  # noqa: P
         api.close()  # type: ignore[no-untyped-call]
     decided: dict[tuple[str, str, str], str] = {}
     for item in services["items"]:
-        meta, spec = item["metadata"], item.get("spec", {})
+        meta = item["metadata"]
         scaled = (item.get("status") or {}).get("autoscaling", {}).get("pools", {})
         for pool, state in scaled.items():
             decided[(meta["namespace"], meta["name"], pool)] = str(state.get("reason", ""))
-        conditions = {c["type"]: c for c in item.get("status", {}).get("conditions", [])}
-        ready = conditions.get("Ready", {})
-        slo = spec.get("slo", {})
-        shot.services.append(
-            ServiceRow(
-                meta["namespace"],
-                meta["name"],
-                spec.get("topology", {}).get("mode", "Unified"),
-                f"{ready.get('status', '?')} {ready.get('reason', '')}".strip(),
-                slo.get("ttftP95Ms"),
-                slo.get("itlP95Ms"),
-                ttft_misses=ttft_misses(scaled),
-            )
-        )
+        shot.services.append(service_row(item))
     pools: dict[tuple[str, str, str], PoolRow] = {}
     for pod in pods:
         labels: dict[str, str] = pod.metadata.labels or {}
