@@ -65,6 +65,12 @@ def _counter(server: ThreadServer, name: str, **labels: str) -> float:
     return total
 
 
+def _gauge(server: ThreadServer, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    pattern = rf"^{name}(?:\{{[^}}]*\}})? (\S+)$"
+    return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
+
+
 def _settle(sim: Sim, expected: float) -> float:
     """The simulator's count once it reached `expected` (or, failing that, what it says)."""
     try:
@@ -209,6 +215,12 @@ def test_a_slow_reader_is_dropped_and_never_slows_the_others(sim_binary: Path) -
     try:
         with gateway(_service(sim.url), coalesce_max_lag_chunks=64) as server:
             slow = _raw_stream_request(server.port, json.dumps(body).encode())
+            # The slow request must start the flight: one that joined after the others' flight
+            # had its chunks would owe none of them, and never fall behind.
+            wait_for(
+                lambda: _gauge(server, "llmfleet_gateway_in_flight_requests") >= 1 or None,
+                30, "the slow request in flight",
+            )  # fmt: skip
             try:
                 # The others read everything while the slow one reads nothing: a broadcaster
                 # that waited for it would stall them (and the test, at the 30 s timeout).
