@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from llmfleet.operator.drift import APPLIED, drifted, first_difference, patch_change, stamped
+from llmfleet.operator.drift import (
+    APPLIED,
+    drifted,
+    first_difference,
+    kept_immutable,
+    patch_change,
+    stamped,
+)
 
 MANIFEST: dict[str, Any] = {
     "apiVersion": "v1",
@@ -102,3 +109,21 @@ def test_the_stamp_is_the_digest_of_the_manifest_as_planned() -> None:
         ]
     )
     assert "annotations" not in MANIFEST["metadata"]  # the plan's manifest is left as it was
+
+
+HEADLESS_SERVICE: dict[str, Any] = {**MANIFEST, "spec": {**MANIFEST["spec"], "clusterIP": "None"}}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "stored_ip", "kept"),
+    [
+        pytest.param(HEADLESS_SERVICE, None, "None", id="new-service-is-headless"),
+        pytest.param(HEADLESS_SERVICE, "None", "None", id="headless-stays-headless"),
+        pytest.param(HEADLESS_SERVICE, "10.96.0.7", None,
+                     id="an-older-service-keeps-its-address"),
+        pytest.param(MANIFEST, "10.96.0.7", None, id="a-service-with-an-address-wanted"),
+    ],
+)  # fmt: skip
+def test_kept_immutable(manifest: dict[str, Any], stored_ip: str | None, kept: str | None) -> None:
+    body = None if stored_ip is None else stored(spec__clusterIP=stored_ip)
+    assert kept_immutable(manifest, body)["spec"].get("clusterIP") == kept

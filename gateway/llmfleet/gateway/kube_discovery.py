@@ -4,9 +4,12 @@ The operator's pool Services select only serving pods, so Kubernetes' own Endpoi
 exactly the endpoints that may receive new requests: a promoted spare appears, a demoted pod
 disappears, without the gateway knowing about spares at all.
 
-`snapshot()` is pure (objects in, services out); `KubeDiscovery` lists both kinds every
-`interval` seconds in a worker thread and swaps the snapshot in one assignment, so `services()`
-stays a cheap read on every request.
+`snapshot()` is pure (objects in, services out); `KubeDiscovery` LISTs both kinds every
+`interval` seconds (a poll, not a watch: issue 28 would replace it with resourceVersion-resumed
+watches), parses each spec once per generation, builds the snapshot in a worker thread and swaps
+it in one assignment, so `services()` stays a cheap read on every request. A conflict (two
+services claiming one model name) or an invalid spec is logged when it appears and when it
+ends, not on every pass.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pydantic import ValidationError
 
 from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.crds.inference_service import CanaryPhase
+from llmfleet.crds.inference_service import CanaryPhase, InferenceServiceSpec
 from llmfleet.gateway.discovery import Pool, Role, Service, Split, index_by_name
 
 log = logging.getLogger("llmfleet.gateway.discovery")
@@ -48,10 +51,50 @@ def _ready_urls(slices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(sorted(urls))
 
 
+class Specs:
+    """Parsed specs by (namespace, name), each kept while its generation (and uid) holds: a
+    spec is validated once per generation, not once per pass."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, str], tuple[tuple[str, int], InferenceServiceSpec | str]] = {}
+
+    def parse(self, obj: Mapping[str, Any]) -> InferenceServiceSpec | str:
+        """The object's spec, or what is wrong with it."""
+        metadata = obj["metadata"]
+        key = (metadata["namespace"], metadata["name"])
+        generation = metadata.get("generation")
+        stamp = (str(metadata.get("uid") or ""), int(generation)) if generation else None
+        kept = self._parsed.get(key)
+        if stamp is not None and kept is not None and kept[0] == stamp:
+            return kept[1]
+        parsed: InferenceServiceSpec | str
+        try:
+            parsed = InferenceService.model_validate({"metadata": {}, "spec": obj["spec"]}).spec
+        except ValidationError as error:
+            parsed = f"invalid spec: {error}"
+        if stamp is not None:
+            self._parsed[key] = (stamp, parsed)
+        return parsed
+
+    def keep_only(self, keys: set[tuple[str, str]]) -> None:
+        """Forget the services no longer listed."""
+        for gone in self._parsed.keys() - keys:
+            del self._parsed[gone]
+
+
 def snapshot(
-    services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]]
+    services: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    problems: list[str] | None = None,
+    specs: Specs | None = None,
 ) -> dict[str, Service]:
-    """Served model name -> Service, from InferenceService and EndpointSlice objects."""
+    """Served model name -> Service, from InferenceService and EndpointSlice objects.
+
+    A service left out (an invalid spec, a model name another service already serves) is
+    said in `problems`, one line each, for the caller to log once per change (not once per
+    pass); `specs` keeps parsed specs across calls."""
+    said = problems if problems is not None else []
+    specs = specs or Specs()
     by_service: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for endpoint_slice in slices:
         metadata = endpoint_slice["metadata"]
@@ -65,10 +108,9 @@ def snapshot(
         namespace, name = metadata["namespace"], metadata["name"]
         if metadata.get("deletionTimestamp"):
             continue
-        try:
-            spec = InferenceService.model_validate({"metadata": {}, "spec": obj["spec"]}).spec
-        except ValidationError as error:
-            log.warning("skipping %s/%s: invalid spec: %s", namespace, name, error)
+        spec = specs.parse(obj)
+        if isinstance(spec, str):
+            said.append(f"skipping {namespace}/{name}: {spec}")
             continue
 
         pool = functools.partial(_pool, by_service, namespace, name)
@@ -78,8 +120,9 @@ def snapshot(
         pools = _while_switching(pools, pool)
         model = spec.served_name
         if model in found:
-            log.warning("model %r is served by %s/%s and another service; keeping the first",
-                        model, namespace, name)  # fmt: skip
+            first = found[model]
+            said.append(f"model {model!r} is served by {first.namespace}/{first.name} and "
+                        f"{namespace}/{name}; routing to the first")  # fmt: skip
             continue
         status = obj.get("status") or {}
         stable = Service(
@@ -225,12 +268,28 @@ class KubeDiscovery:
         self._by_name: Mapping[tuple[str, str], Service] = {}
         self._ready = False
         self._task: asyncio.Task[None] | None = None
+        self._specs = Specs()
+        self._problems: set[str] = set()
+
+    def _discover(self) -> tuple[dict[str, Service], list[str]]:
+        """One list and snapshot (in a worker thread: parsing stays off the event loop)."""
+        services, slices = self._lister()
+        problems: list[str] = []
+        found = snapshot(services, slices, problems, self._specs)
+        self._specs.keep_only({(o["metadata"]["namespace"], o["metadata"]["name"])
+                               for o in services})  # fmt: skip
+        return found, problems
 
     async def refresh(self) -> None:
-        services, slices = await asyncio.to_thread(self._lister)
-        found = snapshot(services, slices)
+        found, problems = await asyncio.to_thread(self._discover)
         for line in changes(self._services, found):
             log.info("%s", line)
+        # A problem is said when it appears and when it ends, not on every pass.
+        for line in sorted(set(problems) - self._problems):
+            log.warning("%s", line)
+        for line in sorted(self._problems - set(problems)):
+            log.info("resolved: %s", line)
+        self._problems = set(problems)
         self._services, self._by_name = found, index_by_name(found)
         self._ready = True
 

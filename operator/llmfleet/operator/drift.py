@@ -25,6 +25,19 @@ def stamped(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return {**manifest, "metadata": metadata}
 
 
+def kept_immutable(
+    manifest: Mapping[str, Any], stored: Mapping[str, Any] | None
+) -> Mapping[str, Any]:
+    """`manifest` without a headless `spec.clusterIP` when the stored Service already has an
+    address (a pool Service created by an older operator): the API server refuses to change the
+    field once set, and the Service works as it is (nothing connects to that address)."""
+    spec = manifest.get("spec") or {}
+    held = ((stored or {}).get("spec") or {}).get("clusterIP")
+    if manifest["kind"] != "Service" or spec.get("clusterIP") != "None" or held in (None, "None"):
+        return manifest
+    return {**manifest, "spec": {k: v for k, v in spec.items() if k != "clusterIP"}}
+
+
 def drifted(manifest: Mapping[str, Any], stored: Mapping[str, Any] | None) -> str | None:
     """Why `manifest` must be applied over `stored` (None: it need not be).
 

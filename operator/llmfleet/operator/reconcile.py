@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.crds import InferenceService, InferenceServiceSpec
 from llmfleet.operator.analyst import PrometheusAnalyst
-from llmfleet.operator.drift import drifted, patch_change
+from llmfleet.operator.drift import drifted, kept_immutable, patch_change
 from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.kube import Kube, refusal
 from llmfleet.operator.metrics import OperatorMetrics, ServiceSeries
@@ -289,8 +289,9 @@ class Reconciler:
             self.backoff.keep(service, keys | {c.key for c in plan.deletions})
         stored = {child.key: child.body for child in observed.children}
         failures: list[ChildFailure] = []
-        for manifest in plan.objects:
-            key = child_key(manifest)
+        for planned in plan.objects:
+            key = child_key(planned)
+            manifest = kept_immutable(planned, stored.get(key))
             why = drifted(manifest, stored.get(key))
             if why is None:
                 with self._backoff_lock:
