@@ -4,10 +4,11 @@ The operator's pool Services select only serving pods, so Kubernetes' own Endpoi
 exactly the endpoints that may receive new requests: a promoted spare appears, a demoted pod
 disappears, without the gateway knowing about spares at all.
 
-`snapshot()` is pure (objects in, services out); `KubeDiscovery` LISTs both kinds every
-`interval` seconds (a poll, not a watch: issue 28 would replace it with resourceVersion-resumed
-watches), parses each spec once per generation, builds the snapshot in a worker thread and swaps
-it in one assignment, so `services()` stays a cheap read on every request. A conflict (two
+`snapshot()` is pure (objects in, services out); `kubernetes_lister` keeps both kinds in memory
+by watches (`informer.py`: a LIST, then a WATCH resumed from its resourceVersion, a new LIST on
+410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory every `interval` seconds
+(no API request), parsing each spec once per generation, in a worker thread, and swaps it in
+one assignment, so `services()` stays a cheap read on every request. A conflict (two
 services claiming one model name) or an invalid spec is logged when it appears and when it
 ends, not on every pass.
 """
@@ -17,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
@@ -28,6 +30,7 @@ from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import CanaryPhase, InferenceServiceSpec
 from llmfleet.gateway.discovery import Pool, Role, Service, Split, index_by_name
+from llmfleet.gateway.informer import Informer
 
 log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -234,8 +237,16 @@ def _canary_changes(model: str, where: str, before: Split | None, after: Split |
     return lines
 
 
-def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = None) -> Lister:
-    """List InferenceServices and llmfleet EndpointSlices with the official client."""
+WATCH_SECONDS = 240
+"""How long the API server keeps one watch open before ending it (the informer resumes)."""
+
+
+def kubernetes_lister(
+    kubeconfig: str | None = None, namespace: str | None = None, sync_timeout: float = 30.0
+) -> Lister:
+    """InferenceServices and llmfleet EndpointSlices from two informers (a LIST, then a WATCH
+    resumed from its resourceVersion, `informer.py`): each call reads memory, no request. The
+    first call waits (up to `sync_timeout`) for both first LISTs."""
     from kubernetes import client  # noqa: PLC0415 - only this source needs the client
 
     from llmfleet.core.kube import api_client  # noqa: PLC0415
@@ -243,19 +254,72 @@ def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = Non
     api = api_client(kubeconfig)
     custom, discovery = client.CustomObjectsApi(api), client.DiscoveryV1Api(api)
     selector = f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"
+    if namespace:
+        services = functools.partial(
+            custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+        )
+        slices = functools.partial(
+            discovery.list_namespaced_endpoint_slice, namespace, label_selector=selector
+        )
+    else:
+        services = functools.partial(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        slices = functools.partial(
+            discovery.list_endpoint_slice_for_all_namespaces, label_selector=selector
+        )
+    informers = [
+        Informer(what, _raw_list(api, call), _raw_watch(api, call))
+        for what, call in (("inferenceservices", services), ("endpointslices", slices))
+    ]
+    for informer in informers:
+        informer.start()
 
     def list_all() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        if namespace:
-            services = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-            slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector=selector)
-        else:
-            services = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-            slices = discovery.list_endpoint_slice_for_all_namespaces(label_selector=selector)
-        items = cast(dict[str, Any], services)["items"]
-        serialize = api.sanitize_for_serialization
-        return list(items), [serialize(s) for s in slices.items]  # type: ignore[no-untyped-call]
+        for informer in informers:
+            if not informer.wait_synced(sync_timeout):
+                raise TimeoutError(f"no first LIST of {informer.what} in {sync_timeout:.0f}s")
+        found, endpoint_slices = (informer.items() for informer in informers)
+        return cast(list[dict[str, Any]], found), cast(list[dict[str, Any]], endpoint_slices)
 
     return list_all
+
+
+def _checked(api: Any, response: Any) -> Any:
+    """`response` when 2xx; else the client's ApiException for it."""
+    status = getattr(response, "status", None)
+    if isinstance(status, int) and not 200 <= status <= 299:
+        api.response_deserialize(response, {})
+    return response
+
+
+def _raw_list(api: Any, call: Callable[..., Any]) -> Callable[[], Mapping[str, Any]]:
+    def list_once() -> Mapping[str, Any]:
+        response = _checked(api, call(_preload_content=False))
+        try:
+            return cast(Mapping[str, Any], json.loads(response.data))
+        finally:
+            response.release_conn()
+
+    return list_once
+
+
+def _raw_watch(api: Any, call: Callable[..., Any]) -> Callable[[str], Iterator[Mapping[str, Any]]]:
+    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415
+
+    def watch(version: str) -> Iterator[Mapping[str, Any]]:
+        response = _checked(api, call(
+            watch=True, resource_version=version, allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS, _preload_content=False,
+            _request_timeout=(10, WATCH_SECONDS + 30),
+        ))  # fmt: skip
+        try:
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if line.strip():
+                    yield cast(Mapping[str, Any], json.loads(line))
+        finally:
+            response.close()
+            response.release_conn()
+
+    return watch
 
 
 class KubeDiscovery:
