@@ -270,17 +270,30 @@ def kubernetes_lister(
         Informer(what, _raw_list(api, call), _raw_watch(api, call))
         for what, call in (("inferenceservices", services), ("endpointslices", slices))
     ]
-    for informer in informers:
-        informer.start()
+    return WatchedLister(informers, sync_timeout)
 
-    def list_all() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+
+class WatchedLister:
+    """A `Lister` over informers (started here): each call reads their memory; `stop` ends
+    their watches (`KubeDiscovery.stop` calls it)."""
+
+    def __init__(self, informers: list[Informer], sync_timeout: float) -> None:
+        self._informers = informers
+        self._sync_timeout = sync_timeout
         for informer in informers:
-            if not informer.wait_synced(sync_timeout):
-                raise TimeoutError(f"no first LIST of {informer.what} in {sync_timeout:.0f}s")
-        found, endpoint_slices = (informer.items() for informer in informers)
+            informer.start()
+
+    def __call__(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        for informer in self._informers:
+            if not informer.wait_synced(self._sync_timeout):
+                raise TimeoutError(f"no first LIST of {informer.what} in "
+                                   f"{self._sync_timeout:.0f}s")  # fmt: skip
+        found, endpoint_slices = (informer.items() for informer in self._informers)
         return cast(list[dict[str, Any]], found), cast(list[dict[str, Any]], endpoint_slices)
 
-    return list_all
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
 
 
 def _checked(api: Any, response: Any) -> Any:
@@ -373,6 +386,9 @@ class KubeDiscovery:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        stop = getattr(self._lister, "stop", None)
+        if stop is not None:
+            stop()  # a WatchedLister's watches end at their next event or server timeout
 
     def services(self) -> Mapping[str, Service]:
         return self._services
