@@ -4,6 +4,7 @@ writes are checked against the API server in tests/cluster/test_autoscaler.py)."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -396,8 +397,25 @@ def test_signals_down_hold_every_service_with_one_line(caplog: pytest.LogCapture
     kube, source = FleetKube(20), Signals()
     source.down = True
     scaler = autoscaler(kube, source)
-    scaler.run_once(at(0))
-    said = [r for r in caplog.records if "signals unavailable" in r.getMessage()]
+    with caplog.at_level(logging.INFO, "llmfleet.autoscaler"):
+        for second in range(0, 60, 15):  # down for a minute: one line, one read a pass
+            scaler.run_once(at(second))
+        source.down = False
+        scaler.run_once(at(60))
+    said = [r.getMessage() for r in caplog.records if "signals unavailable" in r.getMessage()]
+    assert len(said) == 2
+    assert said[1].startswith("resolved: signals unavailable")
+    assert source.reads == ["full"] * 5
+    assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="signals") == 4
+
+
+def test_an_invalid_spec_is_said_once_while_it_stays(caplog: pytest.LogCaptureFixture) -> None:
+    kube, source = FleetKube(2), Signals()
+    kube.bodies[1]["spec"]["topology"]["mode"] = "Hybrid"
+    scaler = autoscaler(kube, source)
+    with caplog.at_level(logging.INFO, "llmfleet.autoscaler"):
+        for second in range(0, 60, 15):
+            scaler.run_once(at(second))
+    said = [r.getMessage() for r in caplog.records if "skipping ns/svc-1" in r.getMessage()]
     assert len(said) == 1
-    assert source.reads == ["full"]
-    assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="signals") == 1
+    assert set(kube.written) == {"svc-0"}

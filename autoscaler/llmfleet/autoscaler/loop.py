@@ -61,6 +61,26 @@ class SignalSource(Protocol):
         ...
 
 
+class Said:
+    """Warnings said while their cause lasts: each key's line is logged when the cause appears
+    and once more when it ends, not on every pass (a Prometheus down for an hour is two lines,
+    not one per 15 s)."""
+
+    def __init__(self) -> None:
+        self._standing: dict[str, str] = {}
+        self._this_pass: dict[str, str] = {}
+
+    def warn(self, key: str, line: str) -> None:
+        self._this_pass[key] = line
+        if key not in self._standing:
+            log.warning("%s", line)
+
+    def end_pass(self) -> None:
+        for key in self._standing.keys() - self._this_pass.keys():
+            log.info("resolved: %s", self._standing[key])
+        self._standing, self._this_pass = self._this_pass, {}
+
+
 @dataclass(frozen=True)
 class _Candidate:
     """An autoscaled service of this pass, its spec and status parsed."""
@@ -135,6 +155,7 @@ class Autoscaler:
         self.config = config or PolicyConfig()
         self.status_refresh_seconds = status_refresh_seconds
         self.states: dict[str, PolicyState] = {}
+        self.said = Said()
         self.last_signals: dict[str, Mapping[str, PoolSignals]] = {}
         """The last full pass's signals per service uid: what a fast pass updates the gauges of."""
 
@@ -169,7 +190,9 @@ class Autoscaler:
             if fast and uid not in self.last_signals:
                 continue
             candidate = _parsed(body)
-            if candidate is not None:
+            if isinstance(candidate, str):
+                self.said.warn(f"spec {uid}", candidate)
+            else:
                 candidates.append(candidate)
         signals = self._read(candidates, fast=fast)
         outcomes: list[Outcome] = []
@@ -183,6 +206,7 @@ class Autoscaler:
                 continue
             if outcome is not None:
                 outcomes.append(outcome)
+        self.said.end_pass()
         for uid in set(self.states) - seen:
             del self.states[uid]
         for uid in set(self.last_signals) - seen:
@@ -205,7 +229,7 @@ class Autoscaler:
                 return self.signals.read_services_gauges(wanted)
             return self.signals.read_services(wanted)
         except Exception as error:  # the backend is down: every pool holds (fail-static)
-            log.warning("signals unavailable for %d service(s): %s", len(wanted), error)
+            self.said.warn("signals", f"signals unavailable, every pool holds: {error}")
             self.metrics.errors.labels("signals").inc()
             return error
 
@@ -305,18 +329,16 @@ class Autoscaler:
             )
 
 
-def _parsed(body: dict[str, Any]) -> _Candidate | None:
-    """The service with its spec and `status.autoscaling` parsed; None (and one line) when
-    either does not parse."""
+def _parsed(body: dict[str, Any]) -> _Candidate | str:
+    """The service with its spec and `status.autoscaling` parsed; what is wrong when either
+    does not parse."""
     metadata = body["metadata"]
     try:
         spec = InferenceServiceSpec.model_validate(body.get("spec", {}))
         current_body = (body.get("status") or {}).get("autoscaling")
         current = AutoscalingStatus.model_validate(current_body) if current_body else None
     except ValidationError as error:
-        log.warning("skipping %s/%s: %s", metadata["namespace"], metadata["name"],
-                    error.errors()[0]["msg"])  # fmt: skip
-        return None
+        return f"skipping {metadata['namespace']}/{metadata['name']}: {error.errors()[0]['msg']}"
     return _Candidate(body, spec, current)
 
 
