@@ -4,7 +4,8 @@ writes are checked against the API server in tests/cluster/test_autoscaler.py)."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,20 +110,22 @@ class Signals:
         self.down = False
         self.reads: list[str] = []
 
-    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
+    def read_services(
+        self, wanted: Mapping[tuple[str, str], Sequence[str]]
+    ) -> dict[tuple[str, str], dict[str, PoolSignals]]:
         self.reads.append("full")
         if self.down:
             # as long-winded as urllib3's own errors
             raise ConnectionError("Prometheus at http://127.0.0.1:1: " + "refused; " * 100)
-        return dict(self.by_pool)
+        return {key: dict(self.by_pool) for key in wanted}
 
-    def read_gauges(
-        self, namespace: str, service: str, pools: Sequence[str]
-    ) -> dict[str, PoolSignals]:
+    def read_services_gauges(
+        self, wanted: Mapping[tuple[str, str], Sequence[str]]
+    ) -> dict[tuple[str, str], dict[str, PoolSignals]]:
         self.reads.append("gauges")
         if self.down:
             raise ConnectionError("Prometheus at http://127.0.0.1:1: refused")
-        return dict(self.gauges)
+        return {key: dict(self.gauges) for key in wanted}
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -357,3 +360,65 @@ def test_setting_min_replicas_removes_the_floors_memory() -> None:
     source.by_pool["unified"] = signals(0.5, seconds=60)
     scaler.run_once(at(60))
     assert kube.writes[-1]["pools"]["unified"]["floorMemory"] is None  # null: merge patch removes
+
+
+class FleetKube(RecordingKube):
+    """`count` autoscaled services (svc-0, svc-1, …), each with one serving pod."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(body(), serving(1))
+        self.bodies = []
+        for index in range(count):
+            one = body()
+            one["metadata"] |= {"name": f"svc-{index}", "uid": f"u{index}"}
+            self.bodies.append(one)
+        self.written: list[str] = []
+
+    def list_services(self) -> list[dict[str, Any]]:
+        return self.bodies
+
+    def list_pods(self) -> dict[tuple[str, str], list[PodView]]:
+        return {("ns", one["metadata"]["name"]): self.pods for one in self.bodies}
+
+    def write_autoscaling(self, namespace: str, name: str, autoscaling: dict[str, Any]) -> bool:
+        self.written.append(name)
+        return True
+
+
+def test_one_read_of_the_signals_per_pass_whatever_the_number_of_services() -> None:
+    kube, source = FleetKube(50), Signals()
+    scaler = autoscaler(kube, source)
+    source.by_pool["unified"] = signals(1.0, seconds=0)
+    source.gauges["unified"] = signals(0.0, seconds=5, waiting=1.0)
+    scaler.run_once(at(0))
+    scaler.run_fast(at(5))
+    assert source.reads == ["full", "gauges"]
+    assert set(kube.written) == {f"svc-{index}" for index in range(50)}
+
+
+def test_signals_down_hold_every_service_with_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    kube, source = FleetKube(20), Signals()
+    source.down = True
+    scaler = autoscaler(kube, source)
+    with caplog.at_level(logging.INFO, "llmfleet.autoscaler"):
+        for second in range(0, 60, 15):  # down for a minute: one line, one read a pass
+            scaler.run_once(at(second))
+        source.down = False
+        scaler.run_once(at(60))
+    said = [r.getMessage() for r in caplog.records if "signals unavailable" in r.getMessage()]
+    assert len(said) == 2
+    assert said[1].startswith("resolved: signals unavailable")
+    assert source.reads == ["full"] * 5
+    assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="signals") == 4
+
+
+def test_an_invalid_spec_is_said_once_while_it_stays(caplog: pytest.LogCaptureFixture) -> None:
+    kube, source = FleetKube(2), Signals()
+    kube.bodies[1]["spec"]["topology"]["mode"] = "Hybrid"
+    scaler = autoscaler(kube, source)
+    with caplog.at_level(logging.INFO, "llmfleet.autoscaler"):
+        for second in range(0, 60, 15):
+            scaler.run_once(at(second))
+    said = [r.getMessage() for r in caplog.records if "skipping ns/svc-1" in r.getMessage()]
+    assert len(said) == 1
+    assert set(kube.written) == {"svc-0"}

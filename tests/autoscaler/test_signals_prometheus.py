@@ -291,6 +291,14 @@ def test_pools_without_series_are_absent_and_gpu_utilisation_joins_on_the_pod(
             assert signals.read("ns", "ghost", ["unified"]) == {}
             assert signals.read("other", "chat", ["unified"]) == {}
             assert list(signals.read_all()) == [PoolKey("ns", "chat", "unified")]
+            # The autoscaler's pass: every service in one query, each its own pools.
+            both = signals.read_services(
+                {("ns", "chat"): ["unified"], ("other", "chat"): ["unified"]}
+            )
+            assert both[("ns", "chat")]["unified"].gpu_utilization == pytest.approx(0.5)
+            assert both[("other", "chat")] == {}
+            gauges = signals.read_services_gauges({("ns", "chat"): ["unified", "decode"]})
+            assert list(gauges[("ns", "chat")]) == ["unified"]
 
             # Engines gone from discovery: their series are marked stale at once.
             prometheus.set_targets([], [dcgm])

@@ -106,17 +106,19 @@ def test_all_namespaces_is_one_cluster_role_per_component() -> None:
     [(["models-a"], "Role"), ([], "ClusterRole"), (["models-a", "models-b"], "ClusterRole")],
     ids=["one-namespace-role", "all-namespaces", "several-namespaces"],
 )
-def test_the_gateway_only_lists_services_and_endpoint_slices(
+def test_the_gateway_only_lists_and_watches_services_and_endpoint_slices(
     namespaces: list[str], kind: str
 ) -> None:
-    """It discovers one namespace or all of them: with several, its list rules stay
+    """It discovers one namespace or all of them: with several, its list and watch rules stay
     cluster-wide (read-only), as operator/rbac.yaml's neighbour gateway/rbac.yaml says."""
     docs = helm.template({"watchNamespaces": namespaces})
     (role,) = roles(docs, "gateway", kind)
     assert rules(role) == [
-        {"apiGroups": ["llmfleet.dev"], "resources": ["inferenceservices"], "verbs": ["list"]},
-        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
-    ]
+        {"apiGroups": ["llmfleet.dev"], "resources": ["inferenceservices"],
+         "verbs": ["list", "watch"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+         "verbs": ["list", "watch"]},
+    ]  # fmt: skip
     if kind == "Role":
         assert role["metadata"]["namespace"] == "models-a"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,16 +46,21 @@ class ScriptedLoad:
     def __init__(self, rate: float) -> None:
         self.rate = rate
 
-    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
+    def read_services(
+        self, wanted: Mapping[tuple[str, str], Sequence[str]]
+    ) -> dict[tuple[str, str], dict[str, PoolSignals]]:
         return {
-            pool: PoolSignals(
-                observed_at=datetime.now(UTC),
-                request_rate=self.rate,
-                prompt_tokens_rate=self.rate * 100,
-                mean_prompt_tokens=100,
-                mean_output_tokens=200,
-            )
-            for pool in pools
+            key: {
+                pool: PoolSignals(
+                    observed_at=datetime.now(UTC),
+                    request_rate=self.rate,
+                    prompt_tokens_rate=self.rate * 100,
+                    mean_prompt_tokens=100,
+                    mean_output_tokens=200,
+                )
+                for pool in pools
+            }
+            for key, pools in wanted.items()
         }
 
 

@@ -62,7 +62,8 @@ AUTOSCALER_MUST_NOT = [
     ("patch", ISVC), ("update", ISVC), ("patch", "pods"), ("delete", "pods"),
     ("patch", "deployments.apps"), ("get", "secrets"), ("list", "secrets"),
 ]  # fmt: skip
-GATEWAY_NEEDS = [("list", ISVC), ("list", "endpointslices.discovery.k8s.io")]
+GATEWAY_NEEDS = [("list", ISVC), ("watch", ISVC), ("list", "endpointslices.discovery.k8s.io"),
+                 ("watch", "endpointslices.discovery.k8s.io")]  # fmt: skip
 GATEWAY_MUST_NOT = [
     ("patch", ISVC), ("patch", f"{ISVC}#status"), ("list", "pods"), ("get", "configmaps"),
     ("create", "events"), ("list", "secrets"), ("get", "secrets"),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import pytest
 
-from llmfleet.gateway.kube_discovery import changes, snapshot
+from llmfleet.gateway.kube_discovery import KubeDiscovery, Specs, changes, snapshot
 
 
 def service(name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -151,4 +153,58 @@ def test_changes_name_each_pool_whose_endpoints_changed_and_nothing_else() -> No
     assert changes(first, later) == [
         "model 'org/big' is gone",
         "model 'llama' (ns/llama) pool unified: serving endpoints http://10.0.0.1:8000",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("services", "said"),
+    [
+        pytest.param([service("a", UNIFIED), service("b", UNIFIED)],
+                     ["model 'llama' is served by ns/a and ns/b; routing to the first"],
+                     id="conflict-named-with-both-services"),
+        pytest.param([service("bad", {"model": {"name": "x"}, "topology": {"mode": "Hybrid"}})],
+                     ["skipping ns/bad: invalid spec"], id="invalid-spec"),
+        pytest.param([service("a", UNIFIED)], [], id="none"),
+    ],
+)  # fmt: skip
+def test_what_is_left_out_is_said_in_problems(
+    services: list[dict[str, Any]], said: list[str]
+) -> None:
+    problems: list[str] = []
+    snapshot(services, [], problems)
+    assert [line[: len(prefix)] for line, prefix in zip(problems, said, strict=True)] == said
+
+
+def test_a_spec_is_parsed_once_per_generation() -> None:
+    specs = Specs()
+    first = service("llama", UNIFIED, uid="u1", generation=1)
+    assert "llama" in snapshot([first], [], specs=specs)
+    # Same uid and generation: the parsed spec is kept (this spec would be refused).
+    same = service("llama", {"model": {"name": "x"}, "topology": {"mode": "Hybrid"}},
+                   uid="u1", generation=1)  # fmt: skip
+    assert "llama" in snapshot([same], [], specs=specs)
+    problems: list[str] = []
+    edited = {**same, "metadata": {**same["metadata"], "generation": 2}}
+    assert snapshot([edited], [], problems, specs) == {}
+    assert problems[0].startswith("skipping ns/llama: invalid spec")
+
+
+def test_a_conflict_is_logged_when_it_appears_and_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listed: list[dict[str, Any]] = [service("a", UNIFIED), service("b", UNIFIED)]
+    discovery = KubeDiscovery(lambda: (listed, []))
+
+    async def passes(count: int) -> None:
+        for _ in range(count):
+            await discovery.refresh()
+
+    with caplog.at_level(logging.INFO, "llmfleet.gateway.discovery"):
+        asyncio.run(passes(5))
+        del listed[1]
+        asyncio.run(passes(5))
+    lines = [r.getMessage() for r in caplog.records if "served by ns/a and ns/b" in r.getMessage()]
+    assert lines == [
+        "model 'llama' is served by ns/a and ns/b; routing to the first",
+        "resolved: model 'llama' is served by ns/a and ns/b; routing to the first",
     ]

@@ -3,6 +3,7 @@ write fails. (The real API server: tests/cluster/test_operator.py and test_opera
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import logging
@@ -14,7 +15,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import Condition
-from llmfleet.operator.observed import Observed
+from llmfleet.operator.drift import stamped
+from llmfleet.operator.observed import Observed, ObservedChild
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.settings import OperatorSettings
 from tests.operator.test_plan import SETTINGS, load
@@ -32,6 +34,20 @@ def refusal(code: int, reason: str, message: str) -> ApiException:
     return error
 
 
+def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386, as the API server merges a status patch."""
+    merged = copy.deepcopy(dict(target))
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping):
+            inner = merged.get(key)
+            merged[key] = merge_patch(inner if isinstance(inner, Mapping) else {}, value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
 class StandIn:
     """Serves one service and keeps its status as the API server would (merge of what the
     pass writes, read back by the next pass); refuses the writes `refuse` picks; records
@@ -44,21 +60,38 @@ class StandIn:
         self.events: list[tuple[str, str, bool]] = []
         self.refuse: Callable[[Mapping[str, Any]], ApiException | None] = lambda _: None
         self.refuse_events = False
+        self.stored: dict[tuple[str, str], dict[str, Any]] = {}
+        """(kind, name) -> each child applied, as stored (stamped); observed only with `keep`."""
+        self.keep = False
+        self.status_writes = 0
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.keep and self.body is not None:
+            return {**self.body, "status": copy.deepcopy(self.status)}
         return self.body
 
     def observe(
         self, namespace: str, name: str, status: Mapping[str, Any], pools: object
     ) -> Observed:
         conditions = self.status.get("conditions", [])
-        return Observed(conditions=tuple(Condition.model_validate(c) for c in conditions))
+        children = tuple(
+            ObservedChild(
+                api_version=body["apiVersion"], kind=kind, namespace=namespace, name=child,
+                uid=f"uid-{child}", labels=body["metadata"].get("labels") or {},
+                controller_uid=self.body["metadata"]["uid"], body=body,
+            )
+            for (kind, child), body in self.stored.items()
+        ) if self.keep else ()  # fmt: skip
+        return Observed(
+            conditions=tuple(Condition.model_validate(c) for c in conditions), children=children
+        )
 
     def apply_child(self, service: str, manifest: Mapping[str, Any]) -> None:
         self.tried.append((manifest["kind"], manifest["metadata"]["name"]))
         error = self.refuse(manifest)
         if error is not None:
             raise error
+        self.stored[(manifest["kind"], manifest["metadata"]["name"])] = stamped(manifest)
 
     def change_pod(self, namespace: str, change: object) -> None:
         pass
@@ -69,7 +102,8 @@ class StandIn:
         self.events.append((reason, message, warning))
 
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        self.status |= dict(status)
+        self.status = merge_patch(self.status, status)
+        self.status_writes += 1
 
     def condition(self, kind: str) -> dict[str, Any]:
         return next(c for c in self.status["conditions"] if c["type"] == kind)
@@ -88,6 +122,32 @@ class Clock:
 
 def service_body() -> dict[str, Any]:
     return load("unified").model_dump(by_alias=True, exclude_none=True)
+
+
+def test_a_pass_over_what_it_wrote_writes_nothing_and_a_hand_edit_is_put_back() -> None:
+    body = service_body()
+    body["metadata"]["uid"] = "svc-uid"
+    kube = StandIn(body)
+    kube.keep = True
+    clock = Clock()
+    reconciler = Reconciler(kube, SETTINGS, clock=clock)  # type: ignore[arg-type]
+    reconciler.reconcile("team", "llama-8b")
+    assert kube.tried
+    assert kube.status_writes == 1
+
+    # Nothing changed (a resync, a wake-up by another pod's event): no write at all.
+    tried, events = list(kube.tried), list(kube.events)
+    for _ in range(3):
+        clock.advance(30)
+        reconciler.reconcile("team", "llama-8b")
+    assert (kube.tried, kube.status_writes, kube.events) == (tried, 1, events)
+
+    # Someone edits the Deployment by hand: that child alone is applied again.
+    deployment = kube.stored[DEPLOYMENT]
+    deployment["spec"]["template"]["spec"]["containers"][0]["image"] = "other:1"
+    reconciler.reconcile("team", "llama-8b")
+    assert kube.tried[len(tried) :] == [DEPLOYMENT]
+    assert kube.status_writes == 1
 
 
 def test_a_refused_event_is_counted_and_the_status_is_still_written() -> None:

@@ -40,18 +40,62 @@ _CAUSE_CHARS = 200
 """How much of the signals backend's error a reason quotes (the log has all of it)."""
 
 
+ServiceKey = tuple[str, str]
+"""(namespace, name) of an InferenceService."""
+
+
 class SignalSource(Protocol):
-    def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
-        """Signals per pool of one service; a pool without series is absent. Raises when the
-        metrics backend cannot be asked (the caller then holds every pool)."""
+    def read_services(
+        self, wanted: Mapping[ServiceKey, Sequence[str]]
+    ) -> dict[ServiceKey, dict[str, PoolSignals]]:
+        """Signals per pool of every service in `wanted` (service -> its pools), in one read of
+        the backend whatever the number of services; a pool without series is absent. Raises
+        when the backend cannot be asked (the caller then holds every pool)."""
         ...
 
-    def read_gauges(
-        self, namespace: str, service: str, pools: Sequence[str]
-    ) -> dict[str, PoolSignals]:
+    def read_services_gauges(
+        self, wanted: Mapping[ServiceKey, Sequence[str]]
+    ) -> dict[ServiceKey, dict[str, PoolSignals]]:
         """Only the instant gauges (running, waiting, KV-cache usage, their sample time), for
-        the fast pass; raises as `read` does."""
+        the fast pass; one read, raising as `read_services` does."""
         ...
+
+
+class Said:
+    """Warnings said while their cause lasts: each key's line is logged when the cause appears
+    and once more when it ends, not on every pass (a Prometheus down for an hour is two lines,
+    not one per 15 s)."""
+
+    def __init__(self) -> None:
+        self._standing: dict[str, str] = {}
+        self._this_pass: dict[str, str] = {}
+
+    def warn(self, key: str, line: str) -> None:
+        self._this_pass[key] = line
+        if key not in self._standing:
+            log.warning("%s", line)
+
+    def end_pass(self) -> None:
+        for key in self._standing.keys() - self._this_pass.keys():
+            log.info("resolved: %s", self._standing[key])
+        self._standing, self._this_pass = self._this_pass, {}
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """An autoscaled service of this pass, its spec and status parsed."""
+
+    body: dict[str, Any]
+    spec: InferenceServiceSpec
+    current: AutoscalingStatus | None
+
+    @property
+    def key(self) -> ServiceKey:
+        return (self.body["metadata"]["namespace"], self.body["metadata"]["name"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.body["metadata"].get("uid", ""))
 
 
 @dataclass(frozen=True)
@@ -111,6 +155,7 @@ class Autoscaler:
         self.config = config or PolicyConfig()
         self.status_refresh_seconds = status_refresh_seconds
         self.states: dict[str, PolicyState] = {}
+        self.said = Said()
         self.last_signals: dict[str, Mapping[str, PoolSignals]] = {}
         """The last full pass's signals per service uid: what a fast pass updates the gauges of."""
 
@@ -131,8 +176,8 @@ class Autoscaler:
         except Exception:
             self.metrics.errors.labels("list").inc()
             raise
-        outcomes: list[Outcome] = []
         seen: set[str] = set()
+        candidates: list[_Candidate] = []
         for body in services:
             metadata = body["metadata"]
             if metadata.get("deletionTimestamp"):
@@ -142,17 +187,26 @@ class Autoscaler:
                 continue
             uid = str(metadata.get("uid", ""))
             seen.add(uid)
-            key = (metadata["namespace"], metadata["name"])
             if fast and uid not in self.last_signals:
                 continue
+            candidate = _parsed(body)
+            if isinstance(candidate, str):
+                self.said.warn(f"spec {uid}", candidate)
+            else:
+                candidates.append(candidate)
+        signals = self._read(candidates, fast=fast)
+        outcomes: list[Outcome] = []
+        for candidate in candidates:
+            key = candidate.key
             try:
-                outcome = self._service(body, pods.get(key, []), now, fast=fast)
+                outcome = self._service(candidate, pods.get(key, []), signals, now, fast=fast)
             except Exception:
                 log.exception("autoscaling %s/%s failed", *key)
                 self.metrics.errors.labels("write").inc()
                 continue
             if outcome is not None:
                 outcomes.append(outcome)
+        self.said.end_pass()
         for uid in set(self.states) - seen:
             del self.states[uid]
         for uid in set(self.last_signals) - seen:
@@ -162,34 +216,47 @@ class Autoscaler:
         )
         return outcomes
 
-    def _service(
-        self, body: dict[str, Any], pods: list[PodView], now: datetime, *, fast: bool
-    ) -> Outcome | None:
-        metadata = body["metadata"]
-        namespace, name, uid = metadata["namespace"], metadata["name"], str(metadata.get("uid"))
-        try:
-            spec = InferenceServiceSpec.model_validate(body.get("spec", {}))
-            current_body = (body.get("status") or {}).get("autoscaling")
-            current = AutoscalingStatus.model_validate(current_body) if current_body else None
-        except ValidationError as error:
-            log.warning("skipping %s/%s: %s", namespace, name, error.errors()[0]["msg"])
-            return None
-
-        pools = list(spec.pools())
+    def _read(
+        self, candidates: Sequence[_Candidate], *, fast: bool
+    ) -> dict[ServiceKey, dict[str, PoolSignals]] | Exception:
+        """Every candidate's signals in one read of the backend (its error, for every service
+        to hold on: fail-static)."""
+        if not candidates:
+            return {}
+        wanted = {c.key: list(c.spec.pools()) for c in candidates}
         try:
             if fast:
-                signals = _with_gauges(
-                    self.last_signals[uid], self.signals.read_gauges(namespace, name, pools)
-                )
+                return self.signals.read_services_gauges(wanted)
+            return self.signals.read_services(wanted)
+        except Exception as error:  # the backend is down: every pool holds (fail-static)
+            self.said.warn("signals", f"signals unavailable, every pool holds: {error}")
+            self.metrics.errors.labels("signals").inc()
+            return error
+
+    def _service(
+        self,
+        candidate: _Candidate,
+        pods: list[PodView],
+        read: Mapping[ServiceKey, Mapping[str, PoolSignals]] | Exception,
+        now: datetime,
+        *,
+        fast: bool,
+    ) -> Outcome | None:
+        body, spec, current, uid = candidate.body, candidate.spec, candidate.current, candidate.uid
+        namespace, name = candidate.key
+        pools = list(spec.pools())
+        signals: Mapping[str, PoolSignals]
+        if isinstance(read, Exception):
+            signals, missing_cause = {}, "unavailable"
+            missing = f"signals unavailable: {str(read)[:_CAUSE_CHARS]}"
+        else:
+            found = read.get(candidate.key, {})
+            if fast:
+                signals = _with_gauges(self.last_signals[uid], found)
             else:
-                signals = self.signals.read(namespace, name, pools)
+                signals = dict(found)
                 self.last_signals[uid] = signals
             missing_cause, missing = "no-series", ""
-        except Exception as error:  # the backend is down: every pool holds (fail-static)
-            log.warning("signals for %s/%s unavailable: %s", namespace, name, error)
-            self.metrics.errors.labels("signals").inc()
-            signals, missing_cause = {}, "unavailable"
-            missing = f"signals unavailable: {str(error)[:_CAUSE_CHARS]}"
 
         profile = self.profiles.get(spec.model.name)
         counted = pool_pods(spec, current, pods)
@@ -260,6 +327,19 @@ class Autoscaler:
             log.warning(
                 "%s/%s limited: %s", metadata["namespace"], metadata["name"], decision.message
             )
+
+
+def _parsed(body: dict[str, Any]) -> _Candidate | str:
+    """The service with its spec and `status.autoscaling` parsed; what is wrong when either
+    does not parse."""
+    metadata = body["metadata"]
+    try:
+        spec = InferenceServiceSpec.model_validate(body.get("spec", {}))
+        current_body = (body.get("status") or {}).get("autoscaling")
+        current = AutoscalingStatus.model_validate(current_body) if current_body else None
+    except ValidationError as error:
+        return f"skipping {metadata['namespace']}/{metadata['name']}: {error.errors()[0]['msg']}"
+    return _Candidate(body, spec, current)
 
 
 def _patch(status: AutoscalingStatus, current: AutoscalingStatus | None) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """Where the gateway learns which models exist and which engines serve them.
 
 A discovery source keeps a snapshot `{served model name: Service}` current. The static source
-reads a YAML file once; a Kubernetes source (watching InferenceServices and the EndpointSlices of
-their pool Services, so only serving pods appear) implements the same `Discovery` protocol and
-plugs in beside it without touching routing or the proxy.
+reads a YAML file once; a Kubernetes source (watching InferenceServices and the EndpointSlices
+of their pool Services, so only serving pods appear) implements the same
+`Discovery` protocol and plugs in beside it without touching routing or the proxy.
 
 Static file format::
 

@@ -4,9 +4,13 @@ The operator's pool Services select only serving pods, so Kubernetes' own Endpoi
 exactly the endpoints that may receive new requests: a promoted spare appears, a demoted pod
 disappears, without the gateway knowing about spares at all.
 
-`snapshot()` is pure (objects in, services out); `KubeDiscovery` lists both kinds every
-`interval` seconds in a worker thread and swaps the snapshot in one assignment, so `services()`
-stays a cheap read on every request.
+`snapshot()` is pure (objects in, services out); `kubernetes_lister` keeps both kinds in memory
+by watches (`informer.py`: a LIST, then a WATCH resumed from its resourceVersion, a new LIST on
+410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory every `interval` seconds
+(no API request), parsing each spec once per generation, in a worker thread, and swaps it in
+one assignment, so `services()` stays a cheap read on every request. A conflict (two
+services claiming one model name) or an invalid spec is logged when it appears and when it
+ends, not on every pass.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
@@ -23,8 +28,9 @@ from pydantic import ValidationError
 
 from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.crds.inference_service import CanaryPhase
+from llmfleet.crds.inference_service import CanaryPhase, InferenceServiceSpec
 from llmfleet.gateway.discovery import Pool, Role, Service, Split, index_by_name
+from llmfleet.gateway.informer import Informer
 
 log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -48,10 +54,50 @@ def _ready_urls(slices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(sorted(urls))
 
 
+class Specs:
+    """Parsed specs by (namespace, name), each kept while its generation (and uid) holds: a
+    spec is validated once per generation, not once per pass."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, str], tuple[tuple[str, int], InferenceServiceSpec | str]] = {}
+
+    def parse(self, obj: Mapping[str, Any]) -> InferenceServiceSpec | str:
+        """The object's spec, or what is wrong with it."""
+        metadata = obj["metadata"]
+        key = (metadata["namespace"], metadata["name"])
+        generation = metadata.get("generation")
+        stamp = (str(metadata.get("uid") or ""), int(generation)) if generation else None
+        kept = self._parsed.get(key)
+        if stamp is not None and kept is not None and kept[0] == stamp:
+            return kept[1]
+        parsed: InferenceServiceSpec | str
+        try:
+            parsed = InferenceService.model_validate({"metadata": {}, "spec": obj["spec"]}).spec
+        except ValidationError as error:
+            parsed = f"invalid spec: {error}"
+        if stamp is not None:
+            self._parsed[key] = (stamp, parsed)
+        return parsed
+
+    def keep_only(self, keys: set[tuple[str, str]]) -> None:
+        """Forget the services no longer listed."""
+        for gone in self._parsed.keys() - keys:
+            del self._parsed[gone]
+
+
 def snapshot(
-    services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]]
+    services: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    problems: list[str] | None = None,
+    specs: Specs | None = None,
 ) -> dict[str, Service]:
-    """Served model name -> Service, from InferenceService and EndpointSlice objects."""
+    """Served model name -> Service, from InferenceService and EndpointSlice objects.
+
+    A service left out (an invalid spec, a model name another service already serves) is
+    said in `problems`, one line each, for the caller to log once per change (not once per
+    pass); `specs` keeps parsed specs across calls."""
+    said = problems if problems is not None else []
+    specs = specs or Specs()
     by_service: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for endpoint_slice in slices:
         metadata = endpoint_slice["metadata"]
@@ -65,10 +111,9 @@ def snapshot(
         namespace, name = metadata["namespace"], metadata["name"]
         if metadata.get("deletionTimestamp"):
             continue
-        try:
-            spec = InferenceService.model_validate({"metadata": {}, "spec": obj["spec"]}).spec
-        except ValidationError as error:
-            log.warning("skipping %s/%s: invalid spec: %s", namespace, name, error)
+        spec = specs.parse(obj)
+        if isinstance(spec, str):
+            said.append(f"skipping {namespace}/{name}: {spec}")
             continue
 
         pool = functools.partial(_pool, by_service, namespace, name)
@@ -78,8 +123,9 @@ def snapshot(
         pools = _while_switching(pools, pool)
         model = spec.served_name
         if model in found:
-            log.warning("model %r is served by %s/%s and another service; keeping the first",
-                        model, namespace, name)  # fmt: skip
+            first = found[model]
+            said.append(f"model {model!r} is served by {first.namespace}/{first.name} and "
+                        f"{namespace}/{name}; routing to the first")  # fmt: skip
             continue
         status = obj.get("status") or {}
         stable = Service(
@@ -191,8 +237,16 @@ def _canary_changes(model: str, where: str, before: Split | None, after: Split |
     return lines
 
 
-def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = None) -> Lister:
-    """List InferenceServices and llmfleet EndpointSlices with the official client."""
+WATCH_SECONDS = 240
+"""How long the API server keeps one watch open before ending it (the informer resumes)."""
+
+
+def kubernetes_lister(
+    kubeconfig: str | None = None, namespace: str | None = None, sync_timeout: float = 30.0
+) -> Lister:
+    """InferenceServices and llmfleet EndpointSlices from two informers (a LIST, then a WATCH
+    resumed from its resourceVersion, `informer.py`): each call reads memory, no request. The
+    first call waits (up to `sync_timeout`) for both first LISTs."""
     from kubernetes import client  # noqa: PLC0415 - only this source needs the client
 
     from llmfleet.core.kube import api_client  # noqa: PLC0415
@@ -200,19 +254,85 @@ def kubernetes_lister(kubeconfig: str | None = None, namespace: str | None = Non
     api = api_client(kubeconfig)
     custom, discovery = client.CustomObjectsApi(api), client.DiscoveryV1Api(api)
     selector = f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"
+    if namespace:
+        services = functools.partial(
+            custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+        )
+        slices = functools.partial(
+            discovery.list_namespaced_endpoint_slice, namespace, label_selector=selector
+        )
+    else:
+        services = functools.partial(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        slices = functools.partial(
+            discovery.list_endpoint_slice_for_all_namespaces, label_selector=selector
+        )
+    informers = [
+        Informer(what, _raw_list(api, call), _raw_watch(api, call))
+        for what, call in (("inferenceservices", services), ("endpointslices", slices))
+    ]
+    return WatchedLister(informers, sync_timeout)
 
-    def list_all() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        if namespace:
-            services = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-            slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector=selector)
-        else:
-            services = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-            slices = discovery.list_endpoint_slice_for_all_namespaces(label_selector=selector)
-        items = cast(dict[str, Any], services)["items"]
-        serialize = api.sanitize_for_serialization
-        return list(items), [serialize(s) for s in slices.items]  # type: ignore[no-untyped-call]
 
-    return list_all
+class WatchedLister:
+    """A `Lister` over informers (started here): each call reads their memory; `stop` ends
+    their watches (`KubeDiscovery.stop` calls it)."""
+
+    def __init__(self, informers: list[Informer], sync_timeout: float) -> None:
+        self._informers = informers
+        self._sync_timeout = sync_timeout
+        for informer in informers:
+            informer.start()
+
+    def __call__(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        for informer in self._informers:
+            if not informer.wait_synced(self._sync_timeout):
+                raise TimeoutError(f"no first LIST of {informer.what} in "
+                                   f"{self._sync_timeout:.0f}s")  # fmt: skip
+        found, endpoint_slices = (informer.items() for informer in self._informers)
+        return cast(list[dict[str, Any]], found), cast(list[dict[str, Any]], endpoint_slices)
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+
+
+def _checked(api: Any, response: Any) -> Any:
+    """`response` when 2xx; else the client's ApiException for it."""
+    status = getattr(response, "status", None)
+    if isinstance(status, int) and not 200 <= status <= 299:
+        api.response_deserialize(response, {})
+    return response
+
+
+def _raw_list(api: Any, call: Callable[..., Any]) -> Callable[[], Mapping[str, Any]]:
+    def list_once() -> Mapping[str, Any]:
+        response = _checked(api, call(_preload_content=False))
+        try:
+            return cast(Mapping[str, Any], json.loads(response.data))
+        finally:
+            response.release_conn()
+
+    return list_once
+
+
+def _raw_watch(api: Any, call: Callable[..., Any]) -> Callable[[str], Iterator[Mapping[str, Any]]]:
+    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415
+
+    def watch(version: str) -> Iterator[Mapping[str, Any]]:
+        response = _checked(api, call(
+            watch=True, resource_version=version, allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS, _preload_content=False,
+            _request_timeout=(10, WATCH_SECONDS + 30),
+        ))  # fmt: skip
+        try:
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if line.strip():
+                    yield cast(Mapping[str, Any], json.loads(line))
+        finally:
+            response.close()
+            response.release_conn()
+
+    return watch
 
 
 class KubeDiscovery:
@@ -225,12 +345,28 @@ class KubeDiscovery:
         self._by_name: Mapping[tuple[str, str], Service] = {}
         self._ready = False
         self._task: asyncio.Task[None] | None = None
+        self._specs = Specs()
+        self._problems: set[str] = set()
+
+    def _discover(self) -> tuple[dict[str, Service], list[str]]:
+        """One list and snapshot (in a worker thread: parsing stays off the event loop)."""
+        services, slices = self._lister()
+        problems: list[str] = []
+        found = snapshot(services, slices, problems, self._specs)
+        self._specs.keep_only({(o["metadata"]["namespace"], o["metadata"]["name"])
+                               for o in services})  # fmt: skip
+        return found, problems
 
     async def refresh(self) -> None:
-        services, slices = await asyncio.to_thread(self._lister)
-        found = snapshot(services, slices)
+        found, problems = await asyncio.to_thread(self._discover)
         for line in changes(self._services, found):
             log.info("%s", line)
+        # A problem is said when it appears and when it ends, not on every pass.
+        for line in sorted(set(problems) - self._problems):
+            log.warning("%s", line)
+        for line in sorted(self._problems - set(problems)):
+            log.info("resolved: %s", line)
+        self._problems = set(problems)
         self._services, self._by_name = found, index_by_name(found)
         self._ready = True
 
@@ -250,6 +386,9 @@ class KubeDiscovery:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        stop = getattr(self._lister, "stop", None)
+        if stop is not None:
+            stop()  # a WatchedLister's watches end at their next event or server timeout
 
     def services(self) -> Mapping[str, Service]:
         return self._services

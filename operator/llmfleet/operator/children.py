@@ -236,15 +236,25 @@ def deployment(
     }
 
 
+HEADLESS = "None"
+"""`spec.clusterIP` of the pool and canary Services. Nothing connects to their address: the
+gateway reads their EndpointSlices and connects to pod IPs, Prometheus scrapes through the
+metrics Service, the local system's relays reach only the gateway's Service. Without one, a
+service costs no address of the cluster's Service range and no kube-proxy rules on every
+node. A Service created with an address keeps it (`drift.kept_immutable`): the field cannot
+change once set."""
+
+
 def pool_service(service: InferenceService, pool: str) -> Manifest:
-    """The pool's Service: serving pods only, straight to vLLM's port (`http`). The gateway
-    reads its EndpointSlices, whose port keeps the Service port's name, `http`."""
+    """The pool's Service (headless): serving pods only, straight to vLLM's port (`http`). The
+    gateway reads its EndpointSlices, whose port keeps the Service port's name, `http`."""
     selector = {L.SERVICE: service.metadata["name"], L.POOL: pool, L.SERVING: "true"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(service, child_name(service, pool), pool),
         "spec": {
+            "clusterIP": HEADLESS,
             "selector": selector,
             "ports": [{"name": "http", "port": L.ENGINE_PORT, "targetPort": "http"}],
         },
@@ -252,9 +262,9 @@ def pool_service(service: InferenceService, pool: str) -> Manifest:
 
 
 def canary_service(service: InferenceService, pool: str, name: str, revision: str) -> Manifest:
-    """A canary's Service for one pool, named as its Deployment: the canary's serving pods
-    (`llmfleet.dev/serving: canary`) only, so the pool Service never sees them. The gateway
-    sends the canary's share of the traffic to its EndpointSlices."""
+    """A canary's Service (headless) for one pool, named as its Deployment: the canary's
+    serving pods (`llmfleet.dev/serving: canary`) only, so the pool Service never sees them.
+    The gateway sends the canary's share of the traffic to its EndpointSlices."""
     selector = {L.SERVICE: service.metadata["name"], L.POOL: pool, L.DEPLOYMENT: name,
                 L.SERVING: L.SERVING_CANARY}  # fmt: skip
     metadata = _meta(service, name, pool)
@@ -264,6 +274,7 @@ def canary_service(service: InferenceService, pool: str, name: str, revision: st
         "kind": "Service",
         "metadata": metadata,
         "spec": {
+            "clusterIP": HEADLESS,
             "selector": selector,
             "ports": [{"name": "http", "port": L.ENGINE_PORT, "targetPort": "http"}],
         },

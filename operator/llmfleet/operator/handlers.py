@@ -130,13 +130,10 @@ def build_registry(
                     _log_failed_pass(namespace, name, error, failures, delay)
                     await triggers.back_off(namespace, name, delay)
                     continue
-                try:
+                # A periodic resync runs the same pass, which compares every child with the
+                # object as stored (in case a watch missed a change) and writes only drift.
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout=requeue or resync_seconds)
-                except TimeoutError:
-                    if requeue is None:
-                        # A periodic resync applies everything again, in case a watch missed
-                        # a change to a child.
-                        reconciler.kube.forget_children(namespace, name)
         finally:
             triggers.forget(namespace, name)
 
@@ -156,12 +153,9 @@ def build_registry(
             if plural != "pods" else {L.SERVICE: kopf.PRESENT},
         )  # fmt: skip
         async def child_changed(
-            *, namespace: str | None, labels: Mapping[str, str], resource: kopf.Resource, **_: Any
+            *, namespace: str | None, labels: Mapping[str, str], **_: Any
         ) -> None:
-            service = labels[L.SERVICE]
-            if resource.plural != "pods":
-                reconciler.kube.forget_children(namespace or "", service)
-            triggers.fire(namespace or "", service)
+            triggers.fire(namespace or "", labels[L.SERVICE])
 
     return registry
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
@@ -24,7 +23,8 @@ from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
 from llmfleet.crds import labels as L
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL
 from llmfleet.crds.inference_service import AutoscalingStatus, CanaryStatus, StableSpec
-from llmfleet.operator.failures import ChildFailure, ChildKey, child_key, digest
+from llmfleet.operator.drift import stamped
+from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
 from llmfleet.operator.pools import PodChange
@@ -192,8 +192,6 @@ class Kube:
         in_flight: Callable[[str, int], int | None] = probe_in_flight,
     ) -> None:
         self.in_flight = in_flight
-        self._lock = threading.Lock()
-        self._applied: dict[tuple[str, str], dict[ChildKey, str]] = {}
         self.api = api
         self.field_manager = field_manager
         self.core = client.CoreV1Api(api)
@@ -302,6 +300,7 @@ class Kube:
                             (ref.get("uid") for ref in owners if ref.get("controller")), None
                         ),
                         data=(item.get("data") or {}) if kind == "ConfigMap" else {},
+                        body=item,
                     )
                 )  # fmt: skip
         return tuple(found)
@@ -342,22 +341,9 @@ class Kube:
     # -- writing ---------------------------------------------------------------------------
 
     def apply_child(self, service: str, manifest: Mapping[str, Any]) -> None:
-        """Apply a child of `service` unless this exact manifest was applied since the last
-        change to that service's children (`forget_children`): steady-state passes then cost
-        no writes, and a hand edit (which fires a child event) is still put back."""
-        key, content = child_key(manifest), digest(manifest)
-        scope = (manifest["metadata"].get("namespace") or "", service)
-        with self._lock:
-            if self._applied.get(scope, {}).get(key) == content:
-                return
-        self.apply(manifest)
-        with self._lock:
-            self._applied.setdefault(scope, {})[key] = content
-
-    def forget_children(self, namespace: str, service: str) -> None:
-        """A child of the service changed (maybe by hand): apply all of them on the next pass."""
-        with self._lock:
-            self._applied.pop((namespace, service), None)
+        """Apply a child of `service`, stamped with its manifest's digest (`drift.APPLIED`):
+        the pass calls this only for a child that `drift.drifted` says must be written."""
+        self.apply(stamped(manifest))
 
     def apply(self, manifest: Mapping[str, Any]) -> None:
         """Server-side apply one object (forcing conflicts: what we manage, we own).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import (
@@ -53,6 +54,9 @@ class ObservedChild:
     """uid of the owner reference marked `controller` (None without one)."""
     data: Mapping[str, str] = field(default_factory=dict)
     """A ConfigMap's data (empty for other kinds)."""
+    body: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The object as the API server stored it (what `drift.drifted` compares a manifest
+    with); None when not kept."""
 
     @property
     def pool(self) -> str | None:

@@ -156,7 +156,7 @@ def desired(
         "observedGeneration": service.metadata.get("generation"),
         "pools": pool_status,
         "serving": serving + rollout.serving(),
-        "endpoint": published,
+        "endpoint": published or "",  # the CRD defaults an absent endpoint to ""
         **rollout.status(),
         "conditions": [condition.to_wire() for condition in now_conditions],
     }

@@ -12,10 +12,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.crds import InferenceService, InferenceServiceSpec
 from llmfleet.operator.analyst import PrometheusAnalyst
+from llmfleet.operator.drift import drifted, kept_immutable, patch_change
 from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
 from llmfleet.operator.kube import Kube, refusal
 from llmfleet.operator.metrics import OperatorMetrics, ServiceSeries
@@ -138,9 +139,10 @@ class Reconciler:
             # Admission normally refuses such specs; this guards against an older CRD.
             message = f"spec is invalid: {error.errors()[0]['msg']}"
             said = {"Ready": "False", "Degraded": "True", "Stalled": "True", "Reconciling": "False"}
-            self.kube.write_status(
+            self._write_status(
                 namespace,
                 name,
+                body,
                 {
                     # This generation was looked at: GitOps tools then report the failure
                     # instead of waiting for the operator to catch up.
@@ -163,7 +165,7 @@ class Reconciler:
         now = self.clock()
         observed = self._with_analysis(service, observed, now)
         plan = desired(service, observed, self.settings, now)
-        failures = self._apply(namespace, name, plan)
+        failures = self._apply(namespace, name, plan, observed)
         if failures:
             plan = desired(service, observed, self.settings, now, failures)
         refused_deletes = self._delete(namespace, name, plan)
@@ -189,13 +191,23 @@ class Reconciler:
                 log.warning("%s/%s: event %s not posted: %s %s",
                             namespace, name, event.reason, error.status, error.reason)  # fmt: skip
                 self.metrics.events_failed.labels(namespace, name, event.reason).inc()
-        self.kube.write_status(namespace, name, plan.status)
+        self._write_status(namespace, name, body, plan.status)
         self._publish(namespace, name, service, plan, observed)
         self._rollout_said(namespace, name, plan, observed)
         with self._backoff_lock:
             retry = self.backoff.next_try((namespace, name), self.clock().timestamp())
         waits = [wait for wait in (plan.requeue_after, retry) if wait is not None]
         return min(waits, default=None), bool(failures)
+
+    def _write_status(
+        self, namespace: str, name: str, body: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch the status when that changes what `body` (the service as this pass
+        read it) holds: an idle pass writes nothing."""
+        change = patch_change(body.get("status") or {}, status)
+        if change is not None:
+            log.debug("%s/%s: writing status: %s changes", namespace, name, change)
+            self.kube.write_status(namespace, name, status)
 
     def _publish(
         self, namespace: str, name: str, service: InferenceService, plan: Plan, observed: Observed
@@ -265,17 +277,30 @@ class Reconciler:
         weight = canary.weight if canary is not None and active(canary) else 0
         self.metrics.canary_weight.labels(namespace, name).set(weight)
 
-    def _apply(self, namespace: str, name: str, plan: Plan) -> list[ChildFailure]:
-        """Apply every child the API server has not refused lately; the refusals, fresh and
-        still standing. The other children are applied whatever happens to one."""
+    def _apply(
+        self, namespace: str, name: str, plan: Plan, observed: Observed
+    ) -> list[ChildFailure]:
+        """Apply every child that differs from the object observed (`drift.drifted`) and that
+        the API server has not refused lately; the refusals, fresh and still standing. The
+        other children are applied whatever happens to one."""
         service = (namespace, name)
         with self._backoff_lock:
             keys = {child_key(manifest) for manifest in plan.objects}
             self.backoff.keep(service, keys | {c.key for c in plan.deletions})
+        stored = {child.key: child.body for child in observed.children}
         failures: list[ChildFailure] = []
-        for manifest in plan.objects:
+        for planned in plan.objects:
+            key = child_key(planned)
+            manifest = kept_immutable(planned, stored.get(key))
+            why = drifted(manifest, stored.get(key))
+            if why is None:
+                with self._backoff_lock:
+                    self.backoff.succeeded(service, key)  # as stored: nothing stands
+                continue
+            log.debug("%s/%s: applying %s %s: %s", namespace, name, manifest["kind"],
+                      manifest["metadata"]["name"], why)  # fmt: skip
             failure = self._write(
-                service, child_key(manifest), digest(manifest),
+                service, key, digest(manifest),
                 write=partial(self.kube.apply_child, name, manifest),
                 refused=partial(refusal, manifest, action="apply"),
             )  # fmt: skip

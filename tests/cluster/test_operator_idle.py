@@ -1,0 +1,155 @@
+"""An idle operator is silent at the API server (issue 28): once its services have converged,
+passes and periodic resyncs write nothing, counted by the API server itself
+(`apiserver_request_total` by verb, resource and subresource), not by the operator."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.kube import Kube, install_crds, wait_endpoints, wait_ready
+from tests.cluster.operator_process import OperatorProcess
+from tests.net import free_port
+
+pytestmark = pytest.mark.cluster
+
+NAMESPACE = f"idle-{os.getpid() % 10000}"
+RESYNC_SECONDS = 4.0
+WRITES = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+OPERATOR_WRITES = frozenset(
+    {
+        ("inferenceservices", ""),
+        ("inferenceservices", "status"),
+        ("deployments", ""),
+        ("services", ""),
+        ("configmaps", ""),
+        ("poddisruptionbudgets", ""),
+        ("networkpolicies", ""),
+        ("pods", ""),
+    }
+)
+"""(resource, subresource) the operator writes, but for Events (`operator_events`). Nothing
+else in the test cluster writes these while nothing changes (the controller-manager writes
+Deployments' and budgets' `status` subresource, and only on a change; kwok heartbeats nodes and
+leases)."""
+
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_PASSES = re.compile(
+    r"^llmfleet_operator_reconcile_seconds_count\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
+)
+
+
+def api_writes(kube: Kube) -> Counter[tuple[str, str, str]]:
+    """(verb, resource, subresource) -> requests the API server has counted so far, for the
+    writes of `OPERATOR_WRITES`."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for line in kube.kubectl("get", "--raw", "/metrics").splitlines():
+        found = _SAMPLE.match(line)
+        if found is None:
+            continue
+        labels = dict(_LABEL.findall(found["labels"]))
+        key = (labels.get("resource", ""), labels.get("subresource", ""))
+        if labels.get("verb") in WRITES and key in OPERATOR_WRITES:
+            counts[(labels["verb"], *key)] += int(float(found["value"]))
+    return counts
+
+
+def operator_events(kube: Kube) -> int:
+    """Events the operator has posted in the test's namespace, repeats included, as the API
+    server holds them (other components post Events too, in other namespaces)."""
+    items = kube.get("events", "-n", NAMESPACE)["items"]
+    return sum(
+        item.get("count") or 1
+        for item in items
+        if (item.get("source") or {}).get("component") == "llmfleet-operator"
+    )
+
+
+def passes(port: int) -> int:
+    """Reconcile passes the operator has finished (all services, all outcomes)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        int(float(found["value"]))
+        for line in text.splitlines()
+        if (found := _PASSES.match(line)) is not None
+    )
+
+
+@pytest.fixture
+def operator(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """An operator watching a namespace of its own; its metrics port."""
+    install_crds(kube)
+    kube.kubectl("create", "namespace", NAMESPACE)
+    port = free_port()
+    log: Path = tmp_path_factory.mktemp("operator") / "operator.log"
+    process = OperatorProcess(
+        kube, log, "--standalone", "-n", NAMESPACE,
+        env={"LLMFLEET_OPERATOR_RESYNC_SECONDS": str(RESYNC_SECONDS),
+             "LLMFLEET_OPERATOR_METRICS_PORT": str(port)},
+    )  # fmt: skip
+    try:
+        yield port
+    finally:
+        process.stop()
+        print(process.text()[-3000:])
+        kube.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s")
+
+
+SERVICES = {
+    "unified": {"mode": "Unified", "unified": {"replicas": 2}},
+    "split": {"mode": "Disaggregated", "prefill": {"replicas": 1}, "decode": {"replicas": 1},
+              "kvTransfer": {"connector": "NixlConnector"}},
+}  # fmt: skip
+
+
+def test_an_idle_operator_writes_nothing_over_its_resyncs(kube: Kube, operator: int) -> None:
+    at_start = api_writes(kube)
+    for name, topology in SERVICES.items():
+        service = {
+            "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name},
+            "spec": {"model": {"name": f"org/{name}"},
+                     "runtime": {"gpu": {"type": "H100", "count": 1}}, "topology": topology},
+        }  # fmt: skip
+        kube.kubectl("create", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(service))
+    for name, topology in SERVICES.items():
+        wait_ready(kube, NAMESPACE, name)
+        for pool in ("unified", "prefill", "decode"):
+            if pool in topology:
+                wait_endpoints(kube, NAMESPACE, f"{name}-{pool}", topology[pool]["replicas"])
+    # Converged: two more passes have seen the ready endpoints.
+    settled = passes(operator) + 2
+    kube.wait_for(lambda: passes(operator) >= settled, 60, "two passes after Ready")
+
+    # The count sees the operator's writes: converging took one apply per Deployment at least.
+    applied = (
+        api_writes(kube)[("APPLY", "deployments", "")] - at_start[("APPLY", "deployments", "")]
+    )
+    assert applied >= 3, f"{applied} Deployment applies counted for 3 Deployments"
+    events = operator_events(kube)
+    assert events > 0, "the operator's Events are not where this test counts them"
+    before, passes_before, started = api_writes(kube), passes(operator), time.monotonic()
+    # The window spans two resync periods and at least one pass per service in each.
+    kube.wait_for(
+        lambda: (
+            time.monotonic() - started > 2 * RESYNC_SECONDS + 1
+            and passes(operator) >= passes_before + 2 * len(SERVICES)
+        ),
+        60,
+        "two resync periods with passes of every service",
+    )
+    after = api_writes(kube)
+    written = {key: after[key] - before[key] for key in after if after[key] != before[key]}
+    print(f"passes in the window: {passes(operator) - passes_before}; writes: {written}")
+    assert written == {}, f"the idle operator wrote (verb, resource, subresource): {written}"
+    assert operator_events(kube) == events, "the idle operator posted Events"
