@@ -74,6 +74,8 @@ def test_drifted(body: dict[str, Any] | None, why: str | None) -> None:
         pytest.param({"x": [{"a": 1}]}, {"x": [{"a": 1, "b": 2}]}, None, id="defaults-in-items"),
         pytest.param({"x": [1, 2]}, {"x": [2, 1]}, ".x[0]", id="order-counts"),
         pytest.param({"x": {"y": 1}}, {"x": 3}, ".x", id="mapping-replaced"),
+        pytest.param({"x": {}, "y": []}, {}, None, id="empty-map-and-list-stored-as-absent"),
+        pytest.param({"x": {"y": 1}}, {}, ".x", id="a-set-map-must-be-there"),
     ],
 )  # fmt: skip
 def test_first_difference(wanted: Any, found: Any, path: str | None) -> None:

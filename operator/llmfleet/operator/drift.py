@@ -62,9 +62,11 @@ def first_difference(wanted: Any, found: Any, path: str = "") -> str | None:
     `found` holds all of `wanted`.
 
     Mappings compare key by key (extra keys in `found` are defaults or others' fields); a key
-    set to None must be absent. Lists compare item by item at the same position, with the same
-    length (the API server keeps the order of containers, ports, env). A number matches its
-    decimal text (a resource quantity such as `nvidia.com/gpu: 1` is stored as "1").
+    set to None must be absent, and one set to an empty map or list may be (the API server
+    stores neither: a pod's `nodeSelector: {}` comes back without the key). Lists compare item
+    by item at the same position, with the same length (the API server keeps the order of
+    containers, ports, env). A number matches its decimal text (a resource quantity such as
+    `nvidia.com/gpu: 1` is stored as "1").
     """
     if isinstance(wanted, Mapping):
         return _mapping_difference(wanted, found, path)
@@ -83,6 +85,8 @@ def _mapping_difference(wanted: Mapping[str, Any], found: Any, path: str) -> str
                 return inner
             continue
         if key not in found:
+            if value in ({}, []):
+                continue  # the API server omits an empty map or list (`omitempty`)
             return inner
         deeper = first_difference(value, found[key], inner)
         if deeper is not None:
