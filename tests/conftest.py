@@ -1,5 +1,6 @@
 """Shared test configuration: cluster-marked tests run last, after the fast unit tests; the real
-binaries tests run against (the engine simulator, Prometheus) as session fixtures.
+binaries tests run against (the engine simulator, Prometheus) as session fixtures, and a running
+Prometheus per test.
 
 `make test` builds every binary first, outside, then runs pytest in a loopback-only network
 namespace (`llmfleet isolated`), where nothing can be downloaded: a binary missing there is an
@@ -8,11 +9,13 @@ error that says to run `llmfleet cluster build`, waiting first on a build alread
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmfleet.core.cluster import build
+from tests.autoscaler.prom import Prometheus
 from tests.net import require_isolation
 
 
@@ -32,3 +35,10 @@ def prometheus_binary() -> Path:
     """Prometheus from Debian's package, from the cache (waits on a running fetch)."""
     require_isolation()
     return build.ensure_binary("prometheus")
+
+
+@pytest.fixture
+def prometheus(prometheus_binary: Path, tmp_path: Path) -> Iterator[Prometheus]:
+    """A running Prometheus (1 s scrapes, no targets yet), stopped after the test."""
+    with Prometheus(prometheus_binary, tmp_path / "prometheus") as prom:
+        yield prom

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from llmfleet.core.cluster import LocalCluster
+from llmfleet.crds import render
 from tests.cluster.kube import Kube
+from tests.cluster.operator_process import OperatorProcess
 from tests.net import require_isolation
 
 CLUSTER_NAME = "llmfleet-test"
@@ -56,3 +58,37 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
         yield name
     finally:
         kube.kubectl("delete", "namespace", name, "--timeout=90s")
+
+
+# -- one operator for one test module's namespace (the autoscaler's cluster tests) ----------------
+
+
+@pytest.fixture
+def namespace_operator(
+    kube: Kube, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[OperatorProcess]:
+    """The CRDs installed, then `llmfleet operator --standalone` for the test module's
+    `NAMESPACE` (with its `OPERATOR_ENV`, if any); its log's tail is printed when it stops."""
+    for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
+        kube.kubectl(
+            "apply", "--server-side", "--field-manager=llmfleet-tests", "-f", str(manifest)
+        )
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{render.CRD_NAME}")
+    process = OperatorProcess(
+        kube, tmp_path / "operator.log", "--standalone", "-n", request.module.NAMESPACE,
+        env=dict(getattr(request.module, "OPERATOR_ENV", {})),
+    )  # fmt: skip
+    yield process
+    process.stop()
+    print(f"--- operator log (tail)\n{process.text()[-3000:]}")
+
+
+@pytest.fixture
+def operator_namespace(
+    kube: Kube, namespace_operator: OperatorProcess, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """The module's NAMESPACE, created after the operator started watching its exact name."""
+    name: str = request.module.NAMESPACE
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl("delete", "namespace", name, "--timeout=120s")

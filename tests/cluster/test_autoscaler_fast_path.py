@@ -17,20 +17,17 @@ clock starts when the clients do, at or before the first queued request.
 from __future__ import annotations
 
 import os
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmfleet.crds import labels as L
-from llmfleet.crds import render
 from tests.autoscaler.builders import PROFILE
 from tests.autoscaler.prom import EngineSpec, Load, Prometheus, engines
+from tests.cluster.autoscaler_stack import AutoscalerProcess
 from tests.cluster.kube import Kube, serving_endpoints, wait_ready
-from tests.cluster.operator_process import CliProcess, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -56,53 +53,6 @@ ENGINE = EngineSpec(
     NAMESPACE, NAME, "unified",
     ("--time-to-first-token", "100ms", "--inter-token-latency", "25ms", "--max-num-seqs", "2"),
 )  # fmt: skip
-
-
-class AutoscalerProcess(CliProcess):
-    """`llmfleet autoscaler` for NAMESPACE: full passes every 60 s, fast passes every second."""
-
-    stop_signal = signal.SIGTERM
-    stop_timeout = 10.0
-
-    def __init__(self, kube: Kube, log: Path, prometheus_url: str, profiles: Path) -> None:
-        environment = {
-            "LLMFLEET_AUTOSCALER_RATE_WINDOW": "5s",
-            "LLMFLEET_AUTOSCALER_FAST_INTERVAL_SECONDS": "1",
-            "LLMFLEET_AUTOSCALER_METRICS_PORT": "0",
-        }
-        super().__init__(
-            log, "autoscaler",
-            "--kubeconfig", str(kube.kubeconfig), "-n", NAMESPACE,
-            "--prometheus-url", prometheus_url, "--profiles-dir", str(profiles),
-            "--interval", "60",
-            env=environment,
-        )  # fmt: skip
-
-
-@pytest.fixture
-def operator(kube: Kube, tmp_path: Path) -> Iterator[OperatorProcess]:
-    for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
-        kube.kubectl(
-            "apply", "--server-side", "--field-manager=llmfleet-tests", "-f", str(manifest)
-        )
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{render.CRD_NAME}")
-    process = OperatorProcess(kube, tmp_path / "operator.log", "--standalone", "-n", NAMESPACE)
-    yield process
-    process.stop()
-    print(f"--- operator log (tail)\n{process.text()[-3000:]}")
-
-
-@pytest.fixture
-def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    kube.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    kube.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s")
-
-
-@pytest.fixture
-def prometheus(prometheus_binary: Path, tmp_path: Path) -> Iterator[Prometheus]:
-    with Prometheus(prometheus_binary, tmp_path / "prometheus") as prom:
-        yield prom
 
 
 def pool(kube: Kube) -> tuple[int, int]:
@@ -131,10 +81,10 @@ def unified(kube: Kube) -> dict[str, Any]:
 
 
 def test_a_burst_promotes_the_spare_within_the_fast_paths_bound(
-    kube: Kube, ns: str, prometheus: Prometheus, sim_binary: Path, tmp_path: Path
+    kube: Kube, operator_namespace: str, prometheus: Prometheus, sim_binary: Path, tmp_path: Path
 ) -> None:
-    kube.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=SERVICE)
-    wait_ready(kube, ns, NAME)
+    kube.kubectl("apply", "--server-side", "-n", operator_namespace, "-f", "-", stdin=SERVICE)
+    wait_ready(kube, operator_namespace, NAME)
     kube.wait_for(lambda: pool(kube) == (1, 1), 60, "one serving pod and a Ready spare")
     profiles = tmp_path / "profiles"
     profiles.mkdir()
@@ -143,7 +93,11 @@ def test_a_burst_promotes_the_spare_within_the_fast_paths_bound(
     with engines(sim_binary, ENGINE) as started:
         prometheus.set_targets(started)
         prometheus.wait_scraped(started)
-        scaler = AutoscalerProcess(kube, tmp_path / "autoscaler.log", prometheus.url, profiles)
+        # Full passes every 60 s: within the test only fast passes (every second) can act.
+        scaler = AutoscalerProcess(
+            kube, tmp_path / "autoscaler.log", NAMESPACE, prometheus.url, profiles,
+            interval=60, env={"LLMFLEET_AUTOSCALER_FAST_INTERVAL_SECONDS": "1"},
+        )  # fmt: skip
         try:
             # The first full pass: idle, one serving replica. Fast passes follow it.
             first = kube.wait_for(lambda: unified(kube), 30, "a first decision")
@@ -162,11 +116,14 @@ def test_a_burst_promotes_the_spare_within_the_fast_paths_bound(
                 assert decided["reason"].startswith("fast pass: promote a warm spare 1 -> 2")
                 # The replacement spare was started at once: two serving and a Ready spare.
                 kube.wait_for(lambda: pool(kube) == (2, 1), 60, "two serving pods and a spare")
+                slice_name = f"{NAME}-unified"
                 kube.wait_for(
-                    lambda: len(serving_endpoints(kube, ns, f"{NAME}-unified")) == 2,
+                    lambda: len(serving_endpoints(kube, NAMESPACE, slice_name)) == 2,
                     30, "the promoted pod in the pool's EndpointSlice",
                 )  # fmt: skip
-            events = kube.get("events", "-n", ns, "--field-selector", "reason=Scaled")
+            events = kube.get(
+                "events", "-n", operator_namespace, "--field-selector", "reason=Scaled"
+            )
             messages = [e["message"] for e in events["items"]]
             assert any(
                 m.startswith("unified: 1 -> 2 serving replicas: fast pass") for m in messages

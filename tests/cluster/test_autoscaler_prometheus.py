@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,10 @@ import pytest
 
 from llmfleet.core.capacity_profile import MaxConcurrency
 from llmfleet.crds import labels as L
-from llmfleet.crds import render
 from tests.autoscaler.builders import PROFILE
 from tests.autoscaler.prom import EngineSpec, Load, Prometheus, engines
+from tests.cluster.autoscaler_stack import AutoscalerProcess
 from tests.cluster.kube import Kube, wait_ready
-from tests.cluster.operator_process import CliProcess, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -59,56 +57,6 @@ LATENCY = ("--time-to-first-token", "100ms", "--inter-token-latency", "25ms")
 DECODE = EngineSpec(NAMESPACE, NAME, "decode", (*LATENCY, "--max-num-seqs", "2"))
 PREFILL = EngineSpec(NAMESPACE, NAME, "prefill", LATENCY)
 WORKERS = 5
-
-
-class AutoscalerProcess(CliProcess):
-    """`llmfleet autoscaler` for one namespace, a pass every INTERVAL_S, its output in `log`."""
-
-    stop_signal = signal.SIGTERM
-    stop_timeout = 10.0
-
-    def __init__(self, kube: Kube, log: Path, prometheus_url: str, profiles: Path) -> None:
-        environment = {
-            # The test Prometheus scrapes every second: a rate window of five scrapes.
-            "LLMFLEET_AUTOSCALER_RATE_WINDOW": "5s",
-            # Rewrite an unchanged decision every other pass, so its reason stays current.
-            "LLMFLEET_AUTOSCALER_STATUS_REFRESH_SECONDS": "2",
-            "LLMFLEET_AUTOSCALER_METRICS_PORT": "0",
-        }
-        super().__init__(
-            log, "autoscaler",
-            "--kubeconfig", str(kube.kubeconfig), "-n", NAMESPACE,
-            "--prometheus-url", prometheus_url, "--profiles-dir", str(profiles),
-            "--interval", str(INTERVAL_S),
-            env=environment,
-        )  # fmt: skip
-
-
-@pytest.fixture
-def operator(kube: Kube, tmp_path: Path) -> Iterator[OperatorProcess]:
-    for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
-        kube.kubectl(
-            "apply", "--server-side", "--field-manager=llmfleet-tests", "-f", str(manifest)
-        )
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{render.CRD_NAME}")
-    process = OperatorProcess(kube, tmp_path / "operator.log", "--standalone", "-n", NAMESPACE)
-    yield process
-    process.stop()
-    print(f"--- operator log (tail)\n{process.text()[-3000:]}")
-
-
-@pytest.fixture
-def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    """The operator's namespace, created after the operator started watching its exact name."""
-    kube.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    kube.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s")
-
-
-@pytest.fixture
-def prometheus(prometheus_binary: Path, tmp_path: Path) -> Iterator[Prometheus]:
-    with Prometheus(prometheus_binary, tmp_path / "prometheus") as prom:
-        yield prom
 
 
 def write_profiles(directory: Path) -> Path:
@@ -190,18 +138,23 @@ def steady(read: Callable[[], int | None], seconds: float, timeout: float, what:
 
 def test_load_scales_decode_up_and_a_stopped_prometheus_holds_the_count(
     kube: Kube,
-    ns: str,
+    operator_namespace: str,
     prometheus: Prometheus,
     sim_binary: Path,
     tmp_path: Path,
 ) -> None:
-    kube.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=SERVICE)
-    wait_ready(kube, ns, NAME)
+    kube.kubectl("apply", "--server-side", "-n", operator_namespace, "-f", "-", stdin=SERVICE)
+    wait_ready(kube, operator_namespace, NAME)
     with engines(sim_binary, DECODE, DECODE, PREFILL) as started:
         prometheus.set_targets(started)
         prometheus.wait_scraped(started)
         profiles = write_profiles(tmp_path / "profiles")
-        scaler = AutoscalerProcess(kube, tmp_path / "autoscaler.log", prometheus.url, profiles)
+        scaler = AutoscalerProcess(
+            kube, tmp_path / "autoscaler.log", NAMESPACE, prometheus.url, profiles,
+            interval=INTERVAL_S,
+            # Rewrite an unchanged decision every other pass, so its reason stays current.
+            env={"LLMFLEET_AUTOSCALER_STATUS_REFRESH_SECONDS": "2"},
+        )  # fmt: skip
         try:
             # Idle: sized from the metrics (not held for want of them) at the minimum of one.
             idle = decode(wait_status(kube, lambda s: bool(decode(s)), 30, "a first decision"))
@@ -220,7 +173,9 @@ def test_load_scales_decode_up_and_a_stopped_prometheus_holds_the_count(
 
                 # The operator runs the pods and the count stays put for a few passes.
                 count = steady(lambda: actuated(kube), 3, 60, "as many decode pods as decided")
-                events = kube.get("events", "-n", ns, "--field-selector", "reason=Scaled")
+                events = kube.get(
+                    "events", "-n", operator_namespace, "--field-selector", "reason=Scaled"
+                )
                 scaled = [e["message"] for e in events["items"]]
                 print(f"steady at {count}; Scaled events: {scaled}")
                 assert any(m.startswith("decode: 1 -> ") and "scale up" in m for m in scaled)

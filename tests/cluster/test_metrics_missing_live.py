@@ -12,19 +12,16 @@ llm-d-inference-sim engines, labelled as the pool's pods, stand in for them."""
 from __future__ import annotations
 
 import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmfleet.core.capacity_profile import MaxConcurrency
-from llmfleet.crds import render
 from tests.autoscaler.builders import PROFILE
 from tests.autoscaler.prom import EngineSpec, Prometheus, engines
+from tests.cluster.autoscaler_stack import AutoscalerProcess
 from tests.cluster.kube import Kube, condition, wait_ready
-from tests.cluster.operator_process import CliProcess, OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -32,6 +29,8 @@ NAMESPACE = f"metrics-gap-{os.getpid() % 10000}"
 NAME = "quiet"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 MISSING_SECONDS = 3
+OPERATOR_ENV = {"LLMFLEET_OPERATOR_METRICS_MISSING_SECONDS": str(MISSING_SECONDS)}
+"""For conftest.py's operator: MetricsMissing after 3 s, not the default 300."""
 SERVICE = f"""
 apiVersion: llmfleet.dev/v1alpha1
 kind: InferenceService
@@ -49,45 +48,6 @@ spec:
 ENGINE = EngineSpec(NAMESPACE, NAME, "unified", ("--time-to-first-token", "50ms"))
 
 
-class AutoscalerProcess(CliProcess):
-    stop_signal = signal.SIGTERM
-    stop_timeout = 10.0
-
-    def __init__(self, kube: Kube, log: Path, prometheus_url: str, profiles: Path) -> None:
-        super().__init__(
-            log, "autoscaler",
-            "--kubeconfig", str(kube.kubeconfig), "-n", NAMESPACE,
-            "--prometheus-url", prometheus_url, "--profiles-dir", str(profiles),
-            "--interval", "1",
-            env={"LLMFLEET_AUTOSCALER_RATE_WINDOW": "5s",
-                 "LLMFLEET_AUTOSCALER_STATUS_REFRESH_SECONDS": "2",
-                 "LLMFLEET_AUTOSCALER_METRICS_PORT": "0"},
-        )  # fmt: skip
-
-
-@pytest.fixture
-def operator(kube: Kube, tmp_path: Path) -> Iterator[OperatorProcess]:
-    for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
-        kube.kubectl(
-            "apply", "--server-side", "--field-manager=llmfleet-tests", "-f", str(manifest)
-        )
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{render.CRD_NAME}")
-    process = OperatorProcess(
-        kube, tmp_path / "operator.log", "--standalone", "-n", NAMESPACE,
-        env={"LLMFLEET_OPERATOR_METRICS_MISSING_SECONDS": str(MISSING_SECONDS)},
-    )  # fmt: skip
-    yield process
-    process.stop()
-    print(f"--- operator log (tail)\n{process.text()[-3000:]}")
-
-
-@pytest.fixture
-def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    kube.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    kube.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s")
-
-
 def _profiles(directory: Path) -> Path:
     directory.mkdir()
     profile = PROFILE.model_copy(update={
@@ -99,22 +59,24 @@ def _profiles(directory: Path) -> Path:
 
 
 def test_no_engine_series_turns_metrics_missing_true_then_false_once_scraped(
-    kube: Kube, ns: str, prometheus_binary: Path, sim_binary: Path, tmp_path: Path
+    kube: Kube, operator_namespace: str, prometheus_binary: Path, sim_binary: Path, tmp_path: Path
 ) -> None:
-    kube.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=SERVICE)
-    wait_ready(kube, ns, NAME)
+    kube.kubectl("apply", "--server-side", "-n", operator_namespace, "-f", "-", stdin=SERVICE)
+    wait_ready(kube, operator_namespace, NAME)
     with (
         Prometheus(prometheus_binary, tmp_path / "prometheus") as prometheus,
         engines(sim_binary, ENGINE) as started,
     ):
         prometheus.set_targets([])  # the ServiceMonitor not selected: no engine is scraped
         scaler = AutoscalerProcess(
-            kube, tmp_path / "autoscaler.log", prometheus.url, _profiles(tmp_path / "profiles")
-        )
+            kube, tmp_path / "autoscaler.log", NAMESPACE, prometheus.url,
+            _profiles(tmp_path / "profiles"), interval=1,
+            env={"LLMFLEET_AUTOSCALER_STATUS_REFRESH_SECONDS": "2"},
+        )  # fmt: skip
         try:
 
             def missing() -> dict[str, Any] | None:
-                found = condition(kube, ns, NAME, "MetricsMissing")
+                found = condition(kube, operator_namespace, NAME, "MetricsMissing")
                 return found if found.get("status") == "True" else None
 
             # Within the documented time: the autoscaler's first pass, 3 s, an operator pass.
@@ -123,9 +85,11 @@ def test_no_engine_series_turns_metrics_missing_true_then_false_once_scraped(
             assert said["reason"] == "NoEngineSeries"
             assert "unified" in said["message"]
             assert "ServiceMonitor" in said["message"]
-            warnings = kube.get("events", "-n", ns, "--field-selector", "type=Warning")["items"]
+            warnings = kube.get(
+                "events", "-n", operator_namespace, "--field-selector", "type=Warning"
+            )["items"]
             assert any(event["reason"] == "NoEngineSeries" for event in warnings), warnings
-            listing = kube.kubectl("get", "llmsvc", "-n", ns, "-o", "wide")
+            listing = kube.kubectl("get", "llmsvc", "-n", operator_namespace, "-o", "wide")
             print(listing)
             assert "NoEngineSeries" in listing
 
@@ -133,7 +97,7 @@ def test_no_engine_series_turns_metrics_missing_true_then_false_once_scraped(
             prometheus.wait_scraped(started)
 
             def arrived() -> dict[str, Any] | None:
-                found = condition(kube, ns, NAME, "MetricsMissing")
+                found = condition(kube, operator_namespace, NAME, "MetricsMissing")
                 return found if found.get("status") == "False" else None
 
             back = kube.wait_for(arrived, 60, "MetricsMissing=False")
