@@ -96,13 +96,7 @@ def decide(
                 f"GPU budget {budget} reached ({gpus} GPU per pod): "
                 f"{before.active} -> {wish.active} active, {before.spares} -> {wish.spares} spares"
             )
-            plans[name] = replace(
-                plan,
-                active=wish.active,
-                spares=wish.spares,
-                reason=f"{plan.reason}; {cut}",
-                limited="; ".join(x for x in (plan.limited, cut) if x),
-            )
+            plans[name] = _cut(plan, wish, cut)
     if budget is not None and sum((w.active + w.spares) * gpus for w in fitted.values()) > budget:
         first = next(iter(plans))
         over = f"minReplicas and held pools need more than the GPU budget {budget}"
@@ -163,13 +157,7 @@ def decide_fast(
         plan = plans[name]
         if (wish.active, wish.spares) != (plan.active, plan.spares):
             cut = f"GPU budget {budget} reached ({gpus} GPU per pod)"
-            plans[name] = replace(
-                plan,
-                active=wish.active,
-                spares=wish.spares,
-                reason=f"{plan.reason}; {cut}",
-                limited="; ".join(x for x in (plan.limited, cut) if x),
-            )
+            plans[name] = _cut(plan, wish, cut)
     return Decision(plans, state, now)
 
 
@@ -442,6 +430,17 @@ def _step(
         f"scale-down stabilization window; {why}"
     )
     return PoolDecision(current, 0, reason), low_since, low_peak
+
+
+def _cut(plan: PoolDecision, wish: Wish, cut: str) -> PoolDecision:
+    """`plan` sized down to what the GPU budget let it have, `cut` saying why."""
+    return replace(
+        plan,
+        active=wish.active,
+        spares=wish.spares,
+        reason=f"{plan.reason}; {cut}",
+        limited="; ".join(x for x in (plan.limited, cut) if x),
+    )
 
 
 def _hold(active: int, spares: int, why: str) -> PoolDecision:
