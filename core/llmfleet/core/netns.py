@@ -7,7 +7,7 @@ fresh namespace (`unshare --net`) the only interface is `lo`.
 
 Inside, `lo` also carries `ADVERTISE_ADDRESS` and a default route, because kube-apiserver picks
 its advertise address from the default route and does not start without one
-(../shared/notes/local-cluster-facts.md, "Network namespaces"). Every IPv4 range but 0.0.0.0/8 is
+(README, "The local cluster: how it is built and cached"). Every IPv4 range but 0.0.0.0/8 is
 then made `unreachable`, so a stray connection (to a kwok pod IP, 10.0.0.x, say) fails at once
 with "No route to host" instead of timing out on the loopback default route. The routes are
 more specific than the default but never have destination 0.0.0.0, since kube-apiserver reads

@@ -1,8 +1,7 @@
 """Engine constants: one vLLM engine serving Llama-3.1-8B in BF16 on one H100 SXM (80 GB).
 
 Every constant carries its source, or says it is an estimate and what it rests on. Figures marked
-(facts) are from the project's notes `../shared/notes/vllm-facts.md`, which cite NVIDIA NIM's
-published tables and llm-d-benchmark's memory measurements.
+(facts) are from NVIDIA NIM's published tables and llm-d-benchmark's memory measurements.
 
 Step time of one engine iteration (continuous batching, chunked prefill), a roofline: the
 weights are read once per step while the batch's tokens are computed, whichever is longer, plus

@@ -1,10 +1,10 @@
 """Which tools the local cluster needs, pinned, and how each is obtained (pure data).
 
 Every Go tool is built from Go modules through the Go module proxy with plain `go build` /
-`go install`. Versions fit the machine's Go 1.26 toolchain (see
-../shared/notes/local-cluster-facts.md, checked by the first real build). The one exception is
-Prometheus (`DebTool`): Debian's package, fetched with `apt-get download` and unpacked with
-`dpkg-deb -x` into the same cache, never installed (no system service, no root needed beyond
+`go install`. Versions fit the machine's Go 1.26 toolchain (see README, "The local cluster: how
+it is built and cached"; checked by the first real build). The one exception is Prometheus
+(`DebTool`): Debian's package, fetched with `apt-get download` and unpacked with `dpkg-deb -x`
+into the same cache, never installed (no system service, no root needed beyond
 `apt-get update`).
 """
 
