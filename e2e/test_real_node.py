@@ -343,6 +343,7 @@ def test_a_service_too_big_for_the_real_node_serves_from_a_fake_gpu_node(
 ) -> None:
     real.kubectl("apply", "-f", "-", stdin=BIG)
     try:
+
         def scheduled() -> dict[str, Any] | None:
             pods = real.pods("big")  # empty until the operator made the Deployment's pod
             return pods[0] if pods and pods[0]["spec"].get("nodeName") else None

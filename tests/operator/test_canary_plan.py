@@ -236,8 +236,9 @@ def test_a_canary_whose_pods_never_serve_is_rolled_back_at_its_progress_deadline
     assert reasons(plans) == ["CanaryStarted", "CanaryProgressDeadlineExceeded"]
     degraded = world.condition("Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "CanaryProgressDeadlineExceeded")
-    assert "did not serve weight 25% within spec.rollout.progressDeadlineSeconds (60s" in (
-        degraded["message"]
+    assert (
+        "did not serve weight 25% within spec.rollout.progressDeadlineSeconds (60s"
+        in (degraded["message"])
     )
     name = L.revision_child_name("chat", "unified", canary.revision)
     assert ("Deployment", name) not in world.children
