@@ -3,6 +3,8 @@ sets, and the shape of the query (the real Prometheus test runs it)."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ from llmfleet.operator.analysis import (
     judge,
     limits_for,
     parse,
+    quantile,
     queries,
 )
 from llmfleet.operator.rollout import Verdict
@@ -82,6 +85,22 @@ ROWS = [
         stable=Figures(requests=900)),
     Row("no-absolute-limit-only-the-ratio", canary(ttft_p95_ms=2000, itl_p95_ms=25),
         Verdict.FAIL, "exceeds 1.5 x", limits=Limits(min_requests=50)),
+    # Within one histogram bucket the ratio is interpolation (CI once rolled back a healthy
+    # canary on TTFT 37.9 ms vs 24.0 ms, both in vLLM's 20-40 ms bucket).
+    Row("ratio-within-one-bucket-passes",
+        canary(ttft_p95_ms=37.9, ttft_bucket_ms=(20.0, 40.0)), Verdict.PASS,
+        stable=Figures(requests=900, ttft_p95_ms=24.0, itl_p95_ms=21,
+                       ttft_bucket_ms=(20.0, 40.0))),
+    Row("ratio-across-buckets-fails",
+        canary(ttft_p95_ms=45.0, ttft_bucket_ms=(40.0, 60.0)), Verdict.FAIL,
+        "TTFT p95 of the canary 45.0 ms exceeds 1.5 x the stable revision's 24.0 ms",
+        stable=Figures(requests=900, ttft_p95_ms=24.0, itl_p95_ms=21,
+                       ttft_bucket_ms=(20.0, 40.0))),
+    Row("absolute-limit-applies-within-one-bucket",
+        canary(itl_p95_ms=95, itl_bucket_ms=(75.0, 100.0)), Verdict.FAIL,
+        "exceeds the limit 80.0 ms",
+        stable=Figures(requests=900, ttft_p95_ms=200, itl_p95_ms=76,
+                       itl_bucket_ms=(75.0, 100.0))),
 ]  # fmt: skip
 
 
@@ -137,12 +156,45 @@ def test_both_tracks_are_asked_over_the_same_window() -> None:
     assert query.count('"llmfleet_track"') == 8
 
 
-def test_parse_counts_nothing_as_zero_and_no_quantile_as_none() -> None:
-    def sample(track: str, figure: str, value: str) -> dict[str, Any]:
-        return {"metric": {"llmfleet_track": track, "llmfleet_figure": figure},
-                "value": [0, value]}  # fmt: skip
+def sample(track: str, figure: str, value: str, le: str | None = None) -> dict[str, Any]:
+    metric = {"llmfleet_track": track, "llmfleet_figure": figure} | ({"le": le} if le else {})
+    return {"metric": metric, "value": [0, value]}
 
-    found = parse([sample("canary", "requests", "12"), sample("canary", "ttft_p95_ms", "NaN"),
-                   sample("stable", "itl_p95_ms", "20.5")])  # fmt: skip
+
+def test_parse_counts_nothing_as_zero_and_no_quantile_as_none() -> None:
+    no_samples = [sample("canary", "ttft_p95_ms", "0", le) for le in ("0.02", "0.04", "+Inf")]
+    itl = [("0.01", "0"), ("0.025", "10"), ("0.05", "20"), ("+Inf", "20")]
+    found = parse([sample("canary", "requests", "12"), *no_samples,
+                   *(sample("stable", "itl_p95_ms", value, le) for le, value in itl)])  # fmt: skip
     assert found["canary"] == Figures(requests=12)
-    assert found["stable"] == Figures(itl_p95_ms=20.5)
+    stable = found["stable"]
+    assert stable.itl_p95_ms == pytest.approx(47.5)  # 25 + 25 x (19 - 10) / 10
+    assert stable.itl_bucket_ms == pytest.approx((25.0, 50.0))
+    assert stable.ttft_p95_ms is None
+
+
+@pytest.mark.parametrize(
+    ("buckets", "expected"),
+    [
+        # vLLM's TTFT buckets; 100 observations, 95th in the 20-40 ms bucket.
+        ([(0.01, 0), (0.02, 50), (0.04, 100), (math.inf, 100)], (0.038, 0.02, 0.04)),
+        ([(0.01, 0), (0.02, 90), (0.04, 100), (math.inf, 100)], (0.03, 0.02, 0.04)),
+        # The first bucket counts from 0.
+        ([(0.01, 100), (math.inf, 100)], (0.0095, 0.0, 0.01)),
+        # In the +Inf bucket: the highest finite bound, as histogram_quantile answers.
+        ([(0.01, 10), (0.02, 20), (math.inf, 100)], (0.02, 0.02, 0.02)),
+        # Rates of counters that dip (scrape noise) are made monotonic first.
+        ([(0.01, 50), (0.02, 49), (0.04, 100), (math.inf, 100)], (0.038, 0.02, 0.04)),
+        # No observations, or no +Inf bucket: nothing measured.
+        ([(0.01, 0), (math.inf, 0)], None),
+        ([(0.01, 5), (0.02, 10)], None),
+    ],
+)
+def test_quantile_interpolates_as_histogram_quantile(
+    buckets: list[tuple[float, float]], expected: tuple[float, float, float] | None
+) -> None:
+    found = quantile(0.95, buckets)
+    if expected is None:
+        assert found is None
+    else:
+        assert found == pytest.approx(expected)
