@@ -4,7 +4,6 @@ sets, and the shape of the query (the real Prometheus test runs it)."""
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Any
 
