@@ -279,6 +279,7 @@ def typed_fields(config: RuntimeConfig, gpu: Gpu) -> TypedFields:
         speculative=rt.speculative is not None,
         kv_transfer=config.role is not Role.UNIFIED,
         gpu_count=gpu.count,
+        streamed_source=(model.source or "").startswith(STREAMED_SOURCES),
     )
 
 
