@@ -209,6 +209,13 @@ def _runtime(**fields: Any) -> dict[str, Any]:
         ),
         pytest.param(
             "H100:1",
+            _runtime(env=[{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "0.0.0.0"}]),
+            ExitCode.BAD_SPEC,
+            "runtime.env VLLM_NIXL_SIDE_CHANNEL_HOST: set by the launcher",
+            id="launcher-env",
+        ),
+        pytest.param(
+            "H100:1",
             _runtime(extraArgs=["--api-key", "k"]),
             ExitCode.CONFLICTING_ARGS,
             "extraArgs --api-key is refused",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from llmfleet.crds import engine_args
 from llmfleet.crds.engine_args import BATCHED_TOKENS, INTEGER, NUM_SEQS, TypedFields
+from llmfleet.crds.labels import LAUNCHER_ENV
 from llmfleet.runtime import sizing
 from llmfleet.runtime.config import Role, RuntimeConfig
 from llmfleet.runtime.errors import ExitCode, LauncherError
@@ -393,6 +394,14 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
     ours = _defaults_follow_extra_args(ours, list(config.runtime.extra_args))
     decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
     merged = merge(ours, list(config.runtime.extra_args), typed_fields(config, gpu), decisions)
+    # Admission refuses these names (`labels.LAUNCHER_ENV`); this is the last line.
+    taken = [var.name for var in config.runtime.env if var.name in LAUNCHER_ENV]
+    if taken:
+        raise LauncherError(
+            ExitCode.BAD_SPEC,
+            f"runtime.env {', '.join(taken)}: set by the launcher for the engine "
+            f"({LAUNCHER_ENV[taken[0]]})",
+        )
     for var in config.runtime.env:
         env[var.name] = var.value
     argv = ["vllm", "serve", to_load]
