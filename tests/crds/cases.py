@@ -564,6 +564,21 @@ CASES = [
          {"traffic": {"limits": {"timeoutSeconds": 30}},
           "rollout": {"analysis": {"maxTtftP95Ms": 30000}}},
          "spec.rollout.analysis.maxTtftP95Ms", "must be below traffic.limits.timeoutSeconds"),
+    Case("extra-args-tensor-parallel-not-dividing", {"runtime.extraArgs": ["-tp", "3"]},
+         "spec.runtime.extraArgs", "--tensor-parallel-size must divide runtime.gpu.count"),
+    Case("token-cap-at-the-extra-args-context",
+         {"runtime.extraArgs": ["--max-model-len", "4096"],
+          "traffic": {"limits": {"maxTokens": 4096}}},
+         "spec.traffic.limits.maxTokens", "below the context runtime.extraArgs --max-model-len"),
+    Case("selector-mig-strategy-single-with-mig-slices",
+         {"runtime.gpu": {"type": "A100", "mig": "1g.5gb"},
+          "topology.unified": {"replicas": 2,
+                               "nodeSelector": {"nvidia.com/mig.strategy": "single"}}},
+         "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
+    Case("selector-mig-incapable-with-mig-slices",
+         {"runtime.gpu": {"type": "H100", "mig": "1g.10gb"},
+          "topology.unified": {"replicas": 2, "nodeSelector": {"nvidia.com/mig.capable": "false"}}},
+         "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
     # Lists with duplicates.
     Case("gpu-products-twice",
          {"runtime.gpu": {"products": ["NVIDIA-H100-PCIe", "NVIDIA-H100-PCIe"]}},
@@ -663,6 +678,15 @@ VALID_AT_THE_EDGE = {
     "analysis-ttft-limit-below-the-timeout": changed(
         {"traffic": {"limits": {"timeoutSeconds": 30}},
          "rollout": {"analysis": {"maxTtftP95Ms": 29999}}}),
+    "token-cap-below-the-extra-args-context": changed(
+        {"runtime.extraArgs": ["--max-model-len=4096"],
+         "traffic": {"limits": {"maxTokens": 4095}}}),
+    "selector-mig-strategy-mixed-with-mig-slices": changed(
+        {"runtime.gpu": {"type": "A100", "mig": "1g.5gb"}, "topology.unified": {
+            "replicas": 2, "nodeSelector": {"nvidia.com/mig.strategy": "mixed"}}}),
+    "selector-mig-strategy-single-with-whole-gpus": changed({"topology.unified": {
+        "replicas": 2, "nodeSelector": {"nvidia.com/mig.strategy": "single"}}}),
+    "extra-args-tensor-parallel-dividing": changed({"runtime.extraArgs": ["-tp", "4"]}),
     "eagle-head-of-the-model": changed({"runtime.speculative": {
         "method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}),
 }  # fmt: skip

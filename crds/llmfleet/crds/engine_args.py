@@ -343,6 +343,15 @@ def problems(words: list[str], fields: TypedFields) -> list[str]:
     reason = parallelism(args, fields)
     if reason:
         found.append(reason)
+    found += [
+        f"extraArgs {' '.join(arg.words())}: {size} does not divide the pod's {fields.gpu_count} "
+        "GPUs (runtime.gpu.count)"
+        for arg in args
+        if arg.flag == TENSOR_PARALLEL
+        and (size := _size(arg))
+        and size <= fields.gpu_count
+        and fields.gpu_count % size
+    ]
     found += engine_limits(args, fields)
     return found
 
@@ -361,6 +370,23 @@ FRACTION = "--gpu-memory-utilization"
 def first_value(arg: Arg) -> str:
     """The option's first value ('' without one): what vLLM reads when it starts at all."""
     return arg.values[0] if arg.values else ""
+
+
+def first_values(words: list[str], flag: str) -> list[str]:
+    """The first value of each option word that reads as `flag` ('' without one), word by word
+    as the CEL rules read them (`engine_args_cel.first_values`): whatever the list starts with."""
+    regex = word_regex([flag])
+    found = []
+    for i, word in enumerate(words):
+        if re.match(regex, word) is None:
+            continue
+        if "=" in word:
+            found.append(word.partition("=")[2])
+        elif i + 1 < len(words) and not is_option(words[i + 1]):
+            found.append(words[i + 1])
+        else:
+            found.append("")
+    return found
 
 
 def out_of_range(arg: Arg) -> str | None:

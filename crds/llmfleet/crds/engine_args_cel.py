@@ -132,6 +132,12 @@ def _sizes(flag: str) -> str:
     )
 
 
+def first_values(flag: str) -> str:
+    """CEL: the first value of each option of `flag` in extraArgs, as read word by word ('' when
+    it has none); `engine_args.first_values` is its Python twin."""
+    return _sizes(flag)
+
+
 def _parallelism_cel() -> str:
     """CEL twin of `engine_args.parallelism` (no list computed inside another's loop: the cost
     estimate multiplies them)."""
@@ -296,6 +302,14 @@ def rules() -> list[ArgsRule]:
             "default; without -tp in extraArgs the tensor-parallel size is "
             "runtime.tensorParallel, or gpu.count)",
             _mentions("(tensor x data parallel)"),
+        ),
+        ArgsRule(
+            f"{_sizes('--tensor-parallel-size')}.all(t, !t.matches({cel_string(SMALL_INTEGER)}) "
+            "|| int(t) == 0 || int(t) > self.runtime.gpu.count || "
+            "self.runtime.gpu.count % int(t) == 0)",
+            "runtime.extraArgs --tensor-parallel-size must divide runtime.gpu.count (1 by "
+            "default), as runtime.tensorParallel must: the GPUs left over would idle",
+            lambda p: "does not divide the pod's" in p,
         ),
         ArgsRule(
             "self.topology.mode != 'Disaggregated' || "

@@ -23,6 +23,8 @@ from llmfleet.crds.gpus import (
     GPU_PRESENT_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_TYPES,
+    MIG_CAPABLE_LABEL,
+    MIG_STRATEGY_LABEL,
 )
 from llmfleet.crds.policy import RolloutSpec, TrafficSpec
 from llmfleet.crds.spec import (
@@ -153,9 +155,10 @@ _GPU_FAMILIES_CEL = "{" + ", ".join(f"'{n}': '{g.family}'" for n, g in GPU_TYPES
 def _fits_rule(pool: str) -> Rule:
     """A pool's nodeSelector may not ask for GPU nodes no pod of the spec fits on."""
     selector = f"{_pool_cel(pool)}.nodeSelector"
-    count, family, present, memory = (
-        f"{selector}[{cel_string(label)}]"
-        for label in (GPU_COUNT_LABEL, GPU_FAMILY_LABEL, GPU_PRESENT_LABEL, GPU_MEMORY_LABEL)
+    labels = (GPU_COUNT_LABEL, GPU_FAMILY_LABEL, GPU_PRESENT_LABEL, GPU_MEMORY_LABEL,
+              MIG_STRATEGY_LABEL, MIG_CAPABLE_LABEL)  # fmt: skip
+    count, family, present, memory, strategy, capable = (
+        f"{selector}[{cel_string(label)}]" for label in labels
     )
     return Rule(
         cel=f"!has({_pool_cel(pool)}) || !has({selector}) || ("
@@ -165,12 +168,17 @@ def _fits_rule(pool: str) -> Rule:
         f"{family} == {_GPU_FAMILIES_CEL}[self.runtime.gpu.type]) && "
         f"(!({cel_string(GPU_PRESENT_LABEL)} in {selector}) || {present} == 'true') && "
         f"(!({cel_string(GPU_MEMORY_LABEL)} in {selector}) || has(self.runtime.gpu.products) || "
-        f"{memory} in {_GPU_MEMORY_CEL}[self.runtime.gpu.type]))",
+        f"{memory} in {_GPU_MEMORY_CEL}[self.runtime.gpu.type]) && "
+        f"(!has(self.runtime.gpu.mig) || ((!({cel_string(MIG_STRATEGY_LABEL)} in {selector}) || "
+        f"{strategy} == 'mixed') && (!({cel_string(MIG_CAPABLE_LABEL)} in {selector}) || "
+        f"{capable} == 'true'))))",
         message=f"topology.{pool}.nodeSelector asks for nodes no pod of this spec fits on: "
         f"{GPU_COUNT_LABEL} below runtime.gpu.count (or not a number), {GPU_FAMILY_LABEL} "
         "other than runtime.gpu.type's (H100 by default: set runtime.gpu.type), "
-        f'{GPU_PRESENT_LABEL} other than "true", or {GPU_MEMORY_LABEL} (MiB) that no product '
-        f"of runtime.gpu.type has ({_GPU_MEMORY_TEXT})",
+        f'{GPU_PRESENT_LABEL} other than "true", {GPU_MEMORY_LABEL} (MiB) that no product '
+        f"of runtime.gpu.type has ({_GPU_MEMORY_TEXT}), or, with runtime.gpu.mig (a slice "
+        f"resource of the mixed strategy), {MIG_STRATEGY_LABEL} other than mixed or "
+        f'{MIG_CAPABLE_LABEL} other than "true"',
         field_path=f".topology.{pool}.nodeSelector",
         check=lambda s: s.pool_fits(pool),
     )
@@ -300,6 +308,25 @@ class InferenceServiceSpec(ApiModel):
         ),
         Rule(
             cel="!has(self.traffic) || !has(self.traffic.limits) || "
+            "!has(self.traffic.limits.maxTokens) || "
+            + engine_args_cel.first_values("--max-model-len")
+            + f".all(v, !v.matches({cel_string(engine_args.INTEGER)}) || "
+            "self.traffic.limits.maxTokens < int(v))",
+            message="traffic.limits.maxTokens must be below the context runtime.extraArgs "
+            "--max-model-len gives: prompt and output share it, so a cap at or beyond it fails "
+            "every request it lowers",
+            field_path=".traffic.limits.maxTokens",
+            check=lambda s: (
+                s.traffic.limits.max_tokens is None
+                or all(
+                    s.traffic.limits.max_tokens < int(v)
+                    for v in engine_args.first_values(list(s.runtime.extra_args), "--max-model-len")
+                    if re.match(engine_args.INTEGER, v)
+                )
+            ),
+        ),
+        Rule(
+            cel="!has(self.traffic) || !has(self.traffic.limits) || "
             "!has(self.traffic.limits.timeoutSeconds) || !has(self.slo.ttftP95Ms) || "
             "self.traffic.limits.timeoutSeconds * 1000.0 > self.slo.ttftP95Ms",
             message="traffic.limits.timeoutSeconds must be longer than slo.ttftP95Ms: requests "
@@ -396,6 +423,8 @@ class InferenceServiceSpec(ApiModel):
             and (family is None or family == GPU_TYPES[gpu.type.value].family)
             and (present is None or present == "true")
             and (memory is None or gpu.products is not None or memory in memories)
+            and (gpu.mig is None or (selector.get(MIG_STRATEGY_LABEL, "mixed") == "mixed"
+                                     and selector.get(MIG_CAPABLE_LABEL, "true") == "true"))
         )  # fmt: skip
 
     def pool_product_matches(self, pool: str) -> bool:
