@@ -659,6 +659,8 @@ VALID_AT_THE_EDGE = {
     "revision-of-an-hf-source": changed(
         {"model.source": "hf://Qwen/Qwen2.5-7B-Instruct", "model.revision": "refs/pr/1"}),
     "pvc-source-with-dotted-names": changed({"model.source": "pvc://weights.v2/llama-3.1.8b/"}),
+    "model-name-a-path-in-the-image": changed(
+        {"model.name": "/opt/models/llama-3.1-8b", "runtime.image": "registry.local/llm:baked"}),
     "model-name-of-any-words-with-a-source": changed(
         {"model.name": "Llama 3.1 8B (ours)", "model.source": "pvc://weights/llama"}),
     "selector-node-label-of-a-product": changed({"runtime.gpu": {

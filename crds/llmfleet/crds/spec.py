@@ -66,6 +66,9 @@ registry (with a dot or a port, or `localhost`), lowercase path components, a ta
 HUB_REPO = r"[A-Za-z0-9_.][-A-Za-z0-9_.]*(/[A-Za-z0-9_.][-A-Za-z0-9_.]*)?"
 """A hub repository id as vLLM and the hub read one: `org/name` (or `name`), letters, digits,
 `-`, `_` and `.`; no scheme, no spaces, no `@revision` (that is `model.revision`)."""
+MODEL_TO_LOAD = rf"^({HUB_REPO}|/[^ \t\n\r\f\v]*)$"
+"""What `vllm serve` loads as `model.name` without a source: a hub repository id, or an absolute
+path in the image (weights baked into a custom `runtime.image`)."""
 REVISION = r"^[^ \t\n\r\f\v~^?*\[\\]+$"
 """A hub revision (branch, tag or commit): no whitespace, none of `~^?*[\\` (git refuses them in
 a ref name)."""
@@ -123,13 +126,13 @@ class ModelSpec(ApiModel):
             ),
         ),
         Rule(
-            cel="has(self.source) || self.name.matches(" + cel_string(f"^{HUB_REPO}$") + ")",
-            message="model.name is loaded from the hub when model.source is unset, so it must be "
+            cel=f"has(self.source) || self.name.matches({cel_string(MODEL_TO_LOAD)})",
+            message="model.name is what vllm serve loads when model.source is unset, so it must be "
             "a hub repository id (org/name: letters, digits, '-', '_', '.'; no scheme, spaces or "
-            "@revision): set model.source for weights from elsewhere, model.revision for a "
-            "revision",
+            "@revision) or an absolute path in the image: set model.source for weights from "
+            "elsewhere, model.revision for a revision",
             field_path=".name",
-            check=lambda m: m.source is not None or re.match(f"^{HUB_REPO}$", m.name) is not None,
+            check=lambda m: m.source is not None or re.match(MODEL_TO_LOAD, m.name) is not None,
         ),
         Rule(
             cel="!has(self.source) || !self.source.startsWith('hf://') || "
