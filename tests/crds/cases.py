@@ -722,6 +722,8 @@ YAML_DIALECT: dict[str, tuple[str, str | None]] = {
     "leading-zero-is-octal": (_text("revision: 0755"), "spec.model.revision"),
     "yes-is-no-name": (_text("servedName: yes"), "spec.model.servedName"),
     "off-is-no-label": (_text(labels="{canary: off}"), "metadata.labels"),
+    # kubectl (v1.36) sends a key given twice without a word, the last one winning.
+    "a-key-twice-is-not-refused": (_text("name: org/other"), None),
 }
 """Manifests as people write them, whose scalars YAML 1.1 (PyYAML), YAML 1.2 and kubectl read
 differently: id -> (text, None when the API server accepts it, else the field it names)."""
