@@ -343,8 +343,12 @@ def test_a_service_too_big_for_the_real_node_serves_from_a_fake_gpu_node(
 ) -> None:
     real.kubectl("apply", "-f", "-", stdin=BIG)
     try:
-        pod = wait_for(lambda: (p := real.pods("big")) and p[0]["spec"].get("nodeName") and p[0],
-                       60, "the big pod scheduled")  # fmt: skip
+
+        def scheduled() -> dict[str, Any] | None:
+            pods = real.pods("big")  # empty until the operator made the Deployment's pod
+            return pods[0] if pods and pods[0]["spec"].get("nodeName") else None
+
+        pod = wait_for(scheduled, 60, "the big pod scheduled")
         assert pod["spec"]["nodeName"] != node_name(real)
         # The gateway pod, behind the real node's bridge, reaches the pod runner's engine.
         real.wait_models(["big"], timeout=120)

@@ -39,6 +39,7 @@ def chat(
     annotations: dict[str, str] | None = None,
     topology: dict[str, Any] | None = None,
     name: str = "chat",
+    deadline: int = 1800,
 ) -> InferenceService:
     """A service whose engine env `V` is `value` (a new value is a new revision)."""
     autoscaling: dict[str, Any] = {"warmSpares": spares}
@@ -53,7 +54,8 @@ def chat(
             "topology": topology or {"unified": {"replicas": replicas}},
             "autoscaling": autoscaling,
             "rollout": {"strategy": strategy, "steps": STEPS,
-                        "analysis": {"intervalSeconds": 10}},
+                        "analysis": {"intervalSeconds": 10},
+                        "progressDeadlineSeconds": deadline},
         },
     })  # fmt: skip
 
@@ -219,6 +221,29 @@ def test_a_failing_canary_is_rolled_back_and_not_tried_again_until_asked() -> No
     world.service = chat("2", annotations={L.ROLLOUT_RETRY: "2026-03-01T12:10:00Z"})
     assert reasons([world.step()]) == ["CanaryStarted"]
     assert world.condition("Degraded")["status"] == "False"
+
+
+def test_a_canary_whose_pods_never_serve_is_rolled_back_at_its_progress_deadline() -> None:
+    world = World(chat("1"), SETTINGS, NOW)
+    settle(world)
+    world.ready_after = 10**9  # the new revision's pods never turn Ready (a crash loop)
+    world.service = chat("2", deadline=60)
+    started = world.now
+    plans = run(world, PASS, "RolledBack", passes=60)
+    canary = canary_of(world)
+    assert canary is not None
+    assert 60 <= (world.now - started).total_seconds() <= 64  # passes are 2 s apart
+    assert reasons(plans) == ["CanaryStarted", "CanaryProgressDeadlineExceeded"]
+    degraded = world.condition("Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "CanaryProgressDeadlineExceeded")
+    assert (
+        "did not serve weight 25% within spec.rollout.progressDeadlineSeconds (60s"
+        in (degraded["message"])
+    )
+    name = L.revision_child_name("chat", "unified", canary.revision)
+    assert ("Deployment", name) not in world.children
+    assert world.serving("chat-unified") == 4
+    assert world.condition("Ready")["status"] == "True"
 
 
 def test_a_newer_spec_after_a_rollback_starts_its_canary() -> None:

@@ -504,6 +504,14 @@ class CanaryStatus(ApiModel):
     handled: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
     """The value of each rollout action annotation (promote, abort, retry) last acted on: an
     action runs once per new value."""
+    waiting_since: str | None = None
+    """When the canary began to wait for its pods (a step's weight, or promoting the whole
+    target) (RFC 3339); unset once they serve. `rollout.progressDeadlineSeconds` counts from
+    here."""
+    rollback_reason: Annotated[str, Field(max_length=64)] = ""
+    """Why the canary was rolled back: `CanaryRolledBack` (a failed analysis), `CanaryAborted`
+    (the abort annotation) or `CanaryProgressDeadlineExceeded` (its pods did not serve in
+    time)."""
 
 
 class StableSpec(ApiModel):

@@ -237,6 +237,11 @@ class RolloutSpec(ApiModel):
     """Canary steps, weights rising."""
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
     """SLO analysis that promotes or rolls back a canary."""
+    progress_deadline_seconds: Annotated[int, Field(ge=60, le=86400)] = 1800
+    """How long the canary's pods may take to serve a step's weight (promoting: the whole
+    target) before the canary is rolled back (`CanaryProgressDeadlineExceeded`): pods that never
+    turn Ready (a crash loop, no GPU left) must not hold a rollout forever. The default is the
+    launcher's own start-up limit; keep it above a cold start of the model."""
 
     rules = (
         Rule(

@@ -442,8 +442,10 @@ def rollout_conditions(
     )
     degraded = next((c for c in wanted if c.type == "Degraded"), None)
     if rolled_back and canary is not None and (degraded is None or degraded.status != "True"):
-        # A failed analysis leaves its Fail verdict; an abort none.
-        reason = "CanaryRolledBack" if canary.verdict == "Fail" else "CanaryAborted"
+        # A status written before `rollbackReason` existed: a failed analysis left its verdict.
+        reason = canary.rollback_reason or (
+            "CanaryRolledBack" if canary.verdict == "Fail" else "CanaryAborted"
+        )
         said["Degraded"] = (ConditionStatus.TRUE, reason, canary.message)
     progress = _in_progress(canary)
     if progress is not None:

@@ -28,6 +28,11 @@ Transitions, in the order they are checked:
 9. Progressing: the step's clock starts when the canary's pods for its weight serve. A `Fail`
    verdict rolls back; `Pass` once the step's time is up advances (the last step promotes);
    `WaitForSamples` (too few requests) and `Unavailable` (Prometheus unreachable) hold.
+
+While the canary waits for its pods (a step's weight in 9, the whole target in 7) the wait is
+timed from `status.canary.waitingSince`: past `rollout.progressDeadlineSeconds` the canary is
+rolled back (`CanaryProgressDeadlineExceeded`), so pods that never turn Ready (a crash loop, no
+GPU left) do not hold a rollout forever.
 """
 
 from __future__ import annotations
@@ -214,6 +219,7 @@ def _start(i: RolloutInput, handled: dict[str, str], why: str) -> Decision:
         stable_revision=i.stable_revision,
         message=f"Starting the canary's pods for step 1 (weight {weight}%).",
         handled=handled,
+        waiting_since=_stamp(i.now),
     )
     message = (f"Canary of revision {i.spec_revision} started beside {i.stable_revision}{why}: "
                f"step 1 of {len(i.rollout.steps)}, weight {weight}%.")  # fmt: skip
@@ -236,6 +242,8 @@ def _rolled_back(
         failed_revision=canary.revision,
         message=message,
         step_started_at=None,
+        waiting_since=None,
+        rollback_reason=reason,
         **(
             {"verdict": analysis.verdict.value, "last_analysis": analysis.summary,
              "last_analysis_time": _stamp(i.now)}
@@ -266,7 +274,8 @@ def decide(i: RolloutInput) -> Decision:  # noqa: PLR0911, PLR0912 - one branch 
                                f"{i.spec_revision} rolls out in place."
                                if not canary_strategy else
                                "no record of the stable revision's spec.")),)  # fmt: skip
-            kept = _with(kept, phase="", weight=0, step_started_at=None, message="")
+            kept = _with(kept, phase="", weight=0, step_started_at=None, message="",
+                         waiting_since=None)  # fmt: skip
         canary = kept if kept != CanaryStatus() else None
         return Decision(i.spec_revision, canary, events)
 
@@ -276,7 +285,8 @@ def decide(i: RolloutInput) -> Decision:  # noqa: PLR0911, PLR0912 - one branch 
             return Decision(i.stable_revision, kept if kept != CanaryStatus() else None)
         message = (f"Canary {before.revision} cancelled: the spec is back at the stable "
                    f"revision {i.stable_revision}.")  # fmt: skip
-        after = _with(kept, phase="", weight=0, step_started_at=None, message=message)
+        after = _with(kept, phase="", weight=0, step_started_at=None, message=message,
+                      waiting_since=None)  # fmt: skip
         return Decision(i.stable_revision, after, (Event("CanaryCancelled", message),))
 
     # 3. The spec's revision was rolled back: wait for a new spec or a retry.
@@ -298,7 +308,8 @@ def decide(i: RolloutInput) -> Decision:  # noqa: PLR0911, PLR0912 - one branch 
     # 6. Promote at once.
     if "promote" in fresh and kept.phase != CanaryPhase.PROMOTING:
         message = f"Promoting canary {kept.revision} at once ({L.ROLLOUT_PROMOTE})."
-        after = _with(kept, phase=CanaryPhase.PROMOTING, step_started_at=None, message=message)
+        after = _with(kept, phase=CanaryPhase.PROMOTING, step_started_at=None, message=message,
+                      waiting_since=_stamp(i.now))  # fmt: skip
         return Decision(i.stable_revision, after, (Event("CanaryPromoting", message),),
                         WAIT_FOR_PODS_SECONDS, steps_advanced=1)  # fmt: skip
 
@@ -306,11 +317,11 @@ def decide(i: RolloutInput) -> Decision:  # noqa: PLR0911, PLR0912 - one branch 
     if kept.phase == CanaryPhase.PROMOTING:
         if not i.promoted_serving:
             message = f"Promoting: the canary's pods scale to the whole target ({i.pods_summary})."
-            return Decision(i.stable_revision, _with(kept, message=message), (),
-                            WAIT_FOR_PODS_SECONDS)  # fmt: skip
+            return _wait_for_pods(i, _with(kept, message=message), (), "the whole target")
         message = (f"Canary {kept.revision} promoted: it is the stable revision now; "
                    f"{i.stable_revision} drains and scales down.")  # fmt: skip
-        after = _with(kept, phase=CanaryPhase.PROMOTED, weight=0, message=message)
+        after = _with(kept, phase=CanaryPhase.PROMOTED, weight=0, message=message,
+                      waiting_since=None)  # fmt: skip
         return Decision(kept.revision, after, (Event("CanaryPromoted", message),))
 
     # 8. Paused by annotation.
@@ -319,7 +330,8 @@ def decide(i: RolloutInput) -> Decision:  # noqa: PLR0911, PLR0912 - one branch 
             return Decision(i.stable_revision, kept)
         message = (f"Paused at step {kept.step + 1} (weight {kept.weight}%) by "
                    f"{L.ROLLOUT_PAUSE}; remove it to resume (the step starts over).")  # fmt: skip
-        after = _with(kept, phase=CanaryPhase.PAUSED, step_started_at=None, message=message)
+        after = _with(kept, phase=CanaryPhase.PAUSED, step_started_at=None, message=message,
+                      waiting_since=None)  # fmt: skip
         return Decision(i.stable_revision, after, (Event("CanaryPaused", message),))
     resumed: tuple[Event, ...] = ()
     if kept.phase == CanaryPhase.PAUSED:
@@ -338,9 +350,9 @@ def _progress(i: RolloutInput, canary: CanaryStatus, events: tuple[Event, ...]) 
         if not i.canary_serving:
             message = (f"Step {canary.step + 1}: waiting for the canary's pods for weight "
                        f"{canary.weight}% ({i.pods_summary}).")  # fmt: skip
-            return Decision(i.stable_revision, _with(canary, message=message), events,
-                            WAIT_FOR_PODS_SECONDS)  # fmt: skip
-        canary = _with(canary, step_started_at=_stamp(i.now),
+            return _wait_for_pods(i, _with(canary, message=message), events,
+                                  f"weight {canary.weight}%")  # fmt: skip
+        canary = _with(canary, step_started_at=_stamp(i.now), waiting_since=None,
                          message=f"Step {canary.step + 1}: weight {canary.weight}% served, "
                          f"analysed every {i.rollout.analysis.interval_seconds}s for "
                          f"{step.pause_seconds}s.")  # fmt: skip
@@ -375,7 +387,7 @@ def _advance(i: RolloutInput, canary: CanaryStatus, events: tuple[Event, ...]) -
         message = (f"Every step passed; promoting canary {canary.revision}: it scales to the "
                    "whole target, then takes all the traffic.")  # fmt: skip
         after = _with(canary, phase=CanaryPhase.PROMOTING, step_started_at=None,
-                        message=message)  # fmt: skip
+                        message=message, waiting_since=_stamp(i.now))  # fmt: skip
         event = Event("CanaryPromoting", message)
         return Decision(i.stable_revision, after, (*events, event), WAIT_FOR_PODS_SECONDS,
                         steps_advanced=1)  # fmt: skip
@@ -383,6 +395,27 @@ def _advance(i: RolloutInput, canary: CanaryStatus, events: tuple[Event, ...]) -
     weight = steps[index].weight
     message = (f"Step {canary.step + 1} passed ({canary.last_analysis}); step {index + 1} of "
                f"{len(steps)}: weight {weight}%.")  # fmt: skip
-    after = _with(canary, step=index, weight=weight, step_started_at=None, message=message)
+    after = _with(canary, step=index, weight=weight, step_started_at=None, message=message,
+                  waiting_since=_stamp(i.now))  # fmt: skip
     return Decision(i.stable_revision, after, (*events, Event("CanaryStep", message)),
                     WAIT_FOR_PODS_SECONDS, steps_advanced=1)  # fmt: skip
+
+
+def _wait_for_pods(
+    i: RolloutInput, canary: CanaryStatus, events: tuple[Event, ...], target: str
+) -> Decision:
+    """Wait for the canary's pods to serve `target`, at most `progressDeadlineSeconds` from
+    `waitingSince` (a status written before that field existed, or a resumed step, starts the
+    clock now); past it the canary is rolled back."""
+    since = _parse(canary.waiting_since)
+    if since is None:
+        since = i.now
+        canary = _with(canary, waiting_since=_stamp(i.now))
+    deadline = i.rollout.progress_deadline_seconds
+    left = deadline - (i.now - since).total_seconds()
+    if left <= 0:
+        failed = (f"its pods did not serve {target} within spec.rollout.progressDeadlineSeconds "
+                  f"({deadline}s; {i.pods_summary})")  # fmt: skip
+        rolled = _rolled_back(i, canary, "CanaryProgressDeadlineExceeded", failed, None)
+        return replace(rolled, events=events + rolled.events)
+    return Decision(i.stable_revision, canary, events, min(WAIT_FOR_PODS_SECONDS, left))

@@ -331,11 +331,21 @@ class RealNode:
             return False
         return True
 
-    def _advertise_gpus(self, gpus: int) -> None:
-        """An extended resource the kubelet keeps: set in the node's status capacity."""
+    def _advertise_gpus(self, gpus: int, timeout: float = 60) -> None:
+        """An extended resource the kubelet keeps: set in the node's status capacity, then wait
+        until the node's allocatable carries it. The scheduler filters on allocatable, which the
+        kubelet derives from capacity at its next status update (every 10 s); pods applied
+        before that found no GPU on the real node and all went to the fake nodes (CI did)."""
         patch = [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": str(gpus)}]
         self._kubectl("patch", "node", self.name, "--subresource=status", "--type=json",
                       "-p", json.dumps(patch))  # fmt: skip
+        self._wait(lambda: self._allocatable_gpus() == gpus, timeout,
+                   f"node {self.name} to offer its {gpus} GPUs (status.allocatable)")  # fmt: skip
+
+    def _allocatable_gpus(self) -> int | None:
+        jsonpath = "-o=jsonpath={.status.allocatable.nvidia\\.com/gpu}"
+        value = self._kubectl("get", "node", self.name, jsonpath, timeout=10).strip()
+        return int(value) if value.isdigit() else None
 
     def _wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
