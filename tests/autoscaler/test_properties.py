@@ -71,8 +71,9 @@ def test_invariants(data: st.DataObject) -> None:
     names = ["unified"] if mode == "Unified" else ["prefill", "decode"]
     pool_specs = {name: data.draw(_pool_spec()) for name in names}
     gpus = data.draw(st.integers(1, 8))
-    # Admission refuses a budget below the spec's replicas (which cover minReplicas too).
-    least_budget = max(1, gpus * sum(pool["replicas"] for pool in pool_specs.values()))
+    # Admission refuses a budget below the spec's replicas (which cover minReplicas too), and
+    # below one pod's GPUs.
+    least_budget = max(gpus, gpus * sum(pool["replicas"] for pool in pool_specs.values()))
     service = spec(
         mode=mode,
         pools=pool_specs,

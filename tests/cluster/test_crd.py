@@ -5,15 +5,19 @@ columns."""
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from llmfleet.crds import render, validation
+from llmfleet.crds import engine_args, render, validation
 from tests.cluster.kube import Kube
 from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, YAML_DIALECT, Case
+from tests.runtime.test_admission_agrees import WORDS
 
 pytestmark = pytest.mark.cluster
 
@@ -111,3 +115,65 @@ def test_validate_gives_the_api_servers_verdict(
     else:
         assert field in api_says, api_says
         assert any(line.startswith(field) for line in validate_says), validate_says
+
+
+TYPED = {
+    "tensorParallel": [1, 2], "quantization": ["awq"], "kvCacheDtype": ["auto", "fp8"],
+    "prefixCaching": [True, False], "cudaGraphs": [True, False], "maxNumSeqs": [64, 256],
+    "gpuMemoryUtilization": [0.9], "speculative": [{"method": "ngram"}],
+    "chunkedPrefill": [{"enabled": False}, {"enabled": True, "maxBatchedTokens": 256}],
+}  # fmt: skip
+
+
+def drawn_runtime(seed: int) -> dict[str, Any]:
+    """One manifest of a seeded draw: typed runtime fields and extraArgs from the property test's
+    words (tests/runtime/test_admission_agrees.py), over both topologies and sources."""
+    rng = random.Random(f"issue-29-{seed}")
+    runtime: dict[str, Any] = {"gpu": {"type": "H100", "count": rng.choice([1, 2, 4])}}
+    runtime |= {key: rng.choice(values) for key, values in TYPED.items() if rng.random() < 0.3}
+    # Options followed, mostly, by a value when they take one; now and then any word.
+    options = [word for word in WORDS if engine_args.is_option(word) and " " not in word]
+    values = [word for word in WORDS if not engine_args.is_option(word)]
+    words: list[str] = []
+    for _ in range(rng.randint(1, 3)):
+        option = rng.choice(options)
+        words.append(option)
+        takes_one = engine_args.split([option])[0].flag in engine_args.VALUE_OPTIONS
+        if takes_one and "=" not in option and rng.random() < 0.8:
+            words.append(rng.choice(values))
+        if rng.random() < 0.15:
+            words.append(rng.choice(WORDS))
+    runtime["extraArgs"] = words
+    model: dict[str, Any] = {"name": "org/model"}
+    if rng.random() < 0.4:
+        model["maxModelLen"] = rng.choice([2048, 8192])
+    if rng.random() < 0.3:
+        model["source"] = rng.choice(["hf://org/model", "s3://bucket/model"])
+    topology: dict[str, Any] = {"mode": "Unified", "unified": {"replicas": 1}}
+    if rng.random() < 0.3:
+        kv = {"connector": "NixlConnector"}
+        topology = {"mode": "Disaggregated", "prefill": {"replicas": 1},
+                    "decode": {"replicas": 1}, "kvTransfer": kv}  # fmt: skip
+    return {
+        "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": f"drawn-{seed}"},
+        "spec": {"model": model, "runtime": runtime, "topology": topology},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_the_cel_rules_of_extra_args_give_their_python_twins_verdict(
+    kube: Kube, namespace: str, seed: int
+) -> None:
+    """The property test compares the launcher with the rules' Python twins; this compares the
+    twins with the CEL the API server runs, on a seeded draw of the same words: both accept, or
+    both refuse and every message Python gives is among the API server's."""
+    document = drawn_runtime(seed)
+    found = validation.problems(document)
+    # As JSON: PyYAML would write a word such as 08192 plain, which kubectl reads as a number.
+    result = kube.run("apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-",
+                      stdin=json.dumps(document))  # fmt: skip
+    said = result.stderr
+    assert (result.returncode == 0) == (found == []), (document["spec"]["runtime"], found, said)
+    missing = [problem.message for problem in found if problem.message not in said]
+    assert missing == [], (document["spec"]["runtime"], said)

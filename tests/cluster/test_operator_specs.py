@@ -84,8 +84,10 @@ def test_non_bmp_characters_in_every_free_text_field_become_ready(
         "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
         "metadata": {"name": name, "annotations": {"llmfleet.dev/note": WIDE}},
         "spec": {
-            "model": {"name": f"org/{WIDE}", "servedName": f"served {WIDE}", "revision": WIDE,
-                      "source": f"hf://org/{WIDE}"},
+            # The model's name and source are hub repository ids (ASCII, admission checks), and
+            # a revision has no spaces: the free text is elsewhere.
+            "model": {"name": "org/unicode", "servedName": f"served {WIDE}",
+                      "revision": WIDE.replace(" ", "-")},
             "runtime": {
                 "gpu": {"type": "H100", "count": 1},
                 "speculative": {"method": "draft_model", "model": f"org/draft {WIDE}"},
@@ -104,7 +106,7 @@ def test_non_bmp_characters_in_every_free_text_field_become_ready(
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["GREETING"] == value
     config = json.loads(kube.get(f"configmap/{name}-runtime", "-n", ns)["data"]["unified.json"])
-    assert config["model"]["name"] == f"org/{WIDE}"
+    assert config["model"]["revision"] == WIDE.replace(" ", "-")
     assert config["model"]["servedName"] == f"served {WIDE}"
     assert config["runtime"]["extraArgs"][1] == json.dumps({"note": WIDE})
     assert config["runtime"]["speculative"]["model"] == f"org/draft {WIDE}"

@@ -327,7 +327,7 @@ CASES = [
     Case("extra-args-served-name-underscored", {"runtime.extraArgs": ["--served_model_name=chat"]},
          "spec.runtime.extraArgs", "the launcher sets them"),
     Case("extra-args-metrics-off", {"runtime.extraArgs": ["--disable-log-stats"]},
-         "spec.runtime.extraArgs", "may not turn engine metrics off"),
+         "spec.runtime.extraArgs", "may not set --disable-log-stats"),
     Case("extra-args-alias-and-long-name",
          {"runtime.extraArgs": ["-tp", "2", "--tensor-parallel-size=2"]},
          "spec.runtime.extraArgs", "set one option twice"),
@@ -468,6 +468,126 @@ CASES = [
          {"metadata.annotations": {"llmfleet.dev/rollout pause": "true"}},
          "metadata.annotations", api_says="name part must consist of",
          validate_says="not a valid key"),
+    # extraArgs the launcher refuses, second round: flags that cut the engine off its callers.
+    Case("extra-args-api-key", {"runtime.extraArgs": ["--api-key", "s3cret"]},
+         "spec.runtime.extraArgs", "may not set --api-key"),
+    Case("extra-args-tls", {"runtime.extraArgs": ["--ssl-keyfile=/tls/key.pem"]},
+         "spec.runtime.extraArgs", "may not set --ssl-keyfile"),
+    Case("extra-args-tls-cert-underscored", {"runtime.extraArgs": ["--ssl_certfile", "/c.pem"]},
+         "spec.runtime.extraArgs", "may not set --ssl-certfile"),
+    Case("extra-args-headless", {"runtime.extraArgs": ["--headless"]},
+         "spec.runtime.extraArgs", "may not set --headless"),
+    Case("extra-args-unix-socket", {"runtime.extraArgs": ["--uds", "/tmp/engine.sock"]},
+         "spec.runtime.extraArgs", "the launcher sets them"),
+    Case("extra-args-value-missing", {"runtime.extraArgs": ["--max-num-seqs", "--enable-lora"]},
+         "spec.runtime.extraArgs", "takes one value none, or several"),
+    Case("extra-args-two-values", {"runtime.extraArgs": ["-dp", "2", "2"]},
+         "spec.runtime.extraArgs", "takes one value none, or several"),
+    Case("extra-args-memory-share-above-one",
+         {"runtime.extraArgs": ["--gpu-memory-utilization", "1.5"]},
+         "spec.runtime.extraArgs", "a number vLLM refuses"),
+    Case("extra-args-tensor-parallel-zero", {"runtime.extraArgs": ["-tp=0"]},
+         "spec.runtime.extraArgs", "a number vLLM refuses"),
+    Case("extra-args-kv-bytes-beside-memory-share",
+         {"runtime.gpuMemoryUtilization": 0.8,
+          "runtime.extraArgs": ["--kv-cache-memory-bytes", "8589934592"]},
+         "spec.runtime.extraArgs", "both size the KV cache"),
+    Case("extra-args-load-format-of-a-streamed-source",
+         {"model.source": "s3://models/llama-8b",
+          "runtime.extraArgs": ["--load_format=safetensors"]},
+         "spec.runtime.extraArgs", "--load-format contradicts model.source"),
+    # Engine limits vLLM refuses at start, one side in extraArgs.
+    Case("extra-args-budget-below-max-seqs",
+         {"runtime.maxNumSeqs": 512, "runtime.extraArgs": ["--max-num-batched-tokens=256"]},
+         "spec.runtime.extraArgs", "--max-num-batched-tokens is below runtime.maxNumSeqs"),
+    Case("extra-args-max-seqs-above-budget",
+         {"runtime.chunkedPrefill": {"maxBatchedTokens": 256},
+          "runtime.extraArgs": ["--max_num_seqs", "512"]},
+         "spec.runtime.extraArgs", "--max-num-seqs is above runtime.chunkedPrefill"),
+    Case("extra-args-chunked-off-budget-below-context",
+         {"model.maxModelLen": 8192, "runtime.chunkedPrefill": {"enabled": False},
+          "runtime.extraArgs": ["--max-num-batched-tokens", "4096"]},
+         "spec.runtime.extraArgs", "is below model.maxModelLen with chunked prefill off"),
+    # Env the launcher sets for the engine.
+    Case("env-nixl-side-channel-host",
+         {"topology": DISAGGREGATED,
+          "runtime.env": [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "0.0.0.0"}]},
+         "spec.runtime.env", "are set by the runtime launcher"),
+    # Strings that reach other tools: the hub, git, the kubelet.
+    Case("model-name-is-a-url", {"model.name": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+         "spec.model.name", "must be a hub repository id"),
+    Case("model-name-with-space", {"model.name": "meta-llama/Llama 3.1 8B"},
+         "spec.model.name", "must be a hub repository id"),
+    Case("model-name-with-revision", {"model.name": "meta-llama/Llama-3.1-8B-Instruct@main"},
+         "spec.model.name", "must be a hub repository id"),
+    Case("hf-source-with-revision", {"model.source": "hf://meta-llama/Llama-3.1-8B-Instruct@v2"},
+         "spec.model.source", "an hf:// source is hf://<org>/<name>"),
+    Case("pvc-source-climbs-out", {"model.source": "pvc://weights/../../etc"},
+         "spec.model.source", "may not hold '.' or '..' segments"),
+    Case("revision-with-space", {"model.revision": "main branch"}, "spec.model.revision",
+         "model.revision is a branch, tag or commit"),
+    Case("revision-of-a-pvc-source",
+         {"model.source": "pvc://weights/llama-8b", "model.revision": "main"},
+         "spec.model.revision", "model.source is not the hub"),
+    Case("speculative-model-is-a-url",
+         {"runtime.speculative": {"method": "draft_model", "model": "hf://meta-llama/Llama-3.2-1B"}},
+         "spec.runtime.speculative.model", "not a URL"),
+    Case("image-digest-too-short", {"runtime.image": "vllm/vllm-openai@sha256:" + "a" * 40},
+         "spec.runtime.image", "64 lowercase hex digits"),
+    Case("image-digest-uppercase", {"runtime.image": "vllm/vllm-openai@sha256:" + "A" * 64},
+         "spec.runtime.image", "64 lowercase hex digits"),
+    # Relations that make the spec impossible or pointless.
+    Case("draft-is-the-model",
+         {"runtime.speculative": {"method": "draft_model",
+                                  "model": "meta-llama/Llama-3.1-8B-Instruct"}},
+         "spec.runtime.speculative.model", "is model.name itself"),
+    Case("memory-limit-below-request",
+         {"runtime.resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "32Gi"}}},
+         "spec.runtime.resources.limits.memory", "limits.memory is below requests.memory"),
+    Case("cpu-limit-below-request",
+         {"runtime.resources": {"requests": {"cpu": "8"}, "limits": {"cpu": "4000m"}}},
+         "spec.runtime.resources.limits.cpu", "limits.cpu is below requests.cpu"),
+    Case("selector-node-label-outside-products",
+         {"runtime.gpu": {"nodeLabel": "cloud.google.com/gke-accelerator",
+                          "products": ["nvidia-h100-80gb"]},
+          "topology.unified": {"replicas": 2, "nodeSelector": {
+              "cloud.google.com/gke-accelerator": "nvidia-l4"}}},
+         "spec.topology.unified.nodeSelector", "is not in runtime.gpu.products"),
+    Case("selector-gpu-memory-of-no-product",
+         {"topology.unified": {"replicas": 2, "nodeSelector": {"nvidia.com/gpu.memory": "40960"}}},
+         "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
+    Case("budget-below-one-pod",
+         {"topology.unified": {"replicas": 0, "minReplicas": 0},
+          "autoscaling": {"enabled": True, "gpuBudget": 2}},
+         "spec.autoscaling.gpuBudget", "below one pod's GPUs"),
+    Case("analysis-ttft-limit-beyond-the-timeout",
+         {"traffic": {"limits": {"timeoutSeconds": 30}},
+          "rollout": {"analysis": {"maxTtftP95Ms": 30000}}},
+         "spec.rollout.analysis.maxTtftP95Ms", "must be below traffic.limits.timeoutSeconds"),
+    Case("extra-args-tensor-parallel-not-dividing", {"runtime.extraArgs": ["-tp", "3"]},
+         "spec.runtime.extraArgs", "--tensor-parallel-size must divide runtime.gpu.count"),
+    Case("token-cap-at-the-extra-args-context",
+         {"runtime.extraArgs": ["--max-model-len", "4096"],
+          "traffic": {"limits": {"maxTokens": 4096}}},
+         "spec.traffic.limits.maxTokens", "below the context runtime.extraArgs --max-model-len"),
+    Case("selector-mig-strategy-single-with-mig-slices",
+         {"runtime.gpu": {"type": "A100", "mig": "1g.5gb"},
+          "topology.unified": {"replicas": 2,
+                               "nodeSelector": {"nvidia.com/mig.strategy": "single"}}},
+         "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
+    Case("selector-mig-incapable-with-mig-slices",
+         {"runtime.gpu": {"type": "H100", "mig": "1g.10gb"},
+          "topology.unified": {"replicas": 2, "nodeSelector": {"nvidia.com/mig.capable": "false"}}},
+         "spec.topology.unified.nodeSelector", "asks for nodes no pod of this spec fits on"),
+    # Lists with duplicates.
+    Case("gpu-products-twice",
+         {"runtime.gpu": {"products": ["NVIDIA-H100-PCIe", "NVIDIA-H100-PCIe"]}},
+         "spec.runtime.gpu.products", "name each product once"),
+    Case("pull-secret-twice", {"runtime.imagePullSecrets": [{"name": "ghcr"}, {"name": "ghcr"}]},
+         "spec.runtime.imagePullSecrets", "name each Secret once"),
+    Case("env-from-the-same-secret-twice",
+         {"runtime.envFrom": [{"secretRef": {"name": "hf"}}, {"secretRef": {"name": "hf"}}]},
+         "spec.runtime.envFrom", "names each source once"),
 ]  # fmt: skip
 
 
@@ -484,7 +604,7 @@ VALID_AT_THE_EDGE = {
         "topology.unified": {"replicas": 1}, "autoscaling": {"enabled": True, "gpuBudget": 4}}),
     "budget-with-min-replicas-zero": changed({
         "topology.unified": {"replicas": 0, "minReplicas": 0},
-        "autoscaling": {"enabled": True, "gpuBudget": 1}}),
+        "autoscaling": {"enabled": True, "gpuBudget": 4}}),
     "chunked-off-budget-equal-to-context": changed({
         "model.maxModelLen": 8192,
         "runtime.chunkedPrefill": {"enabled": False, "maxBatchedTokens": 8192}}),
@@ -526,6 +646,51 @@ VALID_AT_THE_EDGE = {
         {"name": "A", "value": "x" * 32_768}, {"name": "B", "value": "y" * 32_768}]}),
     "batched-tokens-equal-to-max-seqs": changed(
         {"runtime.maxNumSeqs": 256, "runtime.chunkedPrefill": {"maxBatchedTokens": 256}}),
+    # Second round: just inside the new rules.
+    "limits-alone-below-the-derived-requests": changed(
+        {"runtime.resources": {"limits": {"cpu": "2", "memory": "16Gi"}}}),
+    "limit-equal-to-request": changed(
+        {"runtime.resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "0.5"}}}),
+    "streamed-source-with-its-load-format": changed(
+        {"model.source": "gs://models/llama-8b",
+         "runtime.extraArgs": ["--load-format", "runai_streamer_sharded"]}),
+    "kv-bytes-without-memory-share": changed(
+        {"runtime.extraArgs": ["--kv-cache-memory-bytes=8589934592"]}),
+    "revision-of-an-hf-source": changed(
+        {"model.source": "hf://Qwen/Qwen2.5-7B-Instruct", "model.revision": "refs/pr/1"}),
+    "pvc-source-with-dotted-names": changed({"model.source": "pvc://weights.v2/llama-3.1.8b/"}),
+    "model-name-a-path-in-the-image": changed(
+        {"model.name": "/opt/models/llama-3.1-8b", "runtime.image": "registry.local/llm:baked"}),
+    "model-name-of-any-words-with-a-source": changed(
+        {"model.name": "Llama 3.1 8B (ours)", "model.source": "pvc://weights/llama"}),
+    "selector-node-label-of-a-product": changed({"runtime.gpu": {
+        "nodeLabel": "cloud.google.com/gke-accelerator", "products": ["nvidia-h100-80gb"]},
+        "topology.unified": {"replicas": 2, "nodeSelector": {
+            "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}}),
+    "selector-gpu-memory-of-a-product": changed({"topology.unified": {
+        "replicas": 2, "nodeSelector": {"nvidia.com/gpu.memory": "95830"}}}),
+    # Spares of a pool never scaled up still replace a lost serving pod at once (pools.assign).
+    "spares-of-a-pool-with-fixed-bounds": changed({
+        "topology.unified": {"replicas": 2, "minReplicas": 2, "maxReplicas": 2},
+        "autoscaling": {"enabled": True, "warmSpares": 1}}),
+    "extra-args-budget-and-seqs-within-the-fields": changed({
+        "runtime.maxNumSeqs": 256, "model.maxModelLen": 8192,
+        "runtime.chunkedPrefill": {"enabled": False},
+        "runtime.extraArgs": ["--max-num-batched-tokens", "8192", "--seed=-1"]}),
+    "analysis-ttft-limit-below-the-timeout": changed(
+        {"traffic": {"limits": {"timeoutSeconds": 30}},
+         "rollout": {"analysis": {"maxTtftP95Ms": 29999}}}),
+    "token-cap-below-the-extra-args-context": changed(
+        {"runtime.extraArgs": ["--max-model-len=4096"],
+         "traffic": {"limits": {"maxTokens": 4095}}}),
+    "selector-mig-strategy-mixed-with-mig-slices": changed(
+        {"runtime.gpu": {"type": "A100", "mig": "1g.5gb"}, "topology.unified": {
+            "replicas": 2, "nodeSelector": {"nvidia.com/mig.strategy": "mixed"}}}),
+    "selector-mig-strategy-single-with-whole-gpus": changed({"topology.unified": {
+        "replicas": 2, "nodeSelector": {"nvidia.com/mig.strategy": "single"}}}),
+    "extra-args-tensor-parallel-dividing": changed({"runtime.extraArgs": ["-tp", "4"]}),
+    "eagle-head-of-the-model": changed({"runtime.speculative": {
+        "method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}),
 }  # fmt: skip
 """Manifests just inside the rules: admission and `llmfleet validate` accept them."""
 
@@ -557,6 +722,8 @@ YAML_DIALECT: dict[str, tuple[str, str | None]] = {
     "leading-zero-is-octal": (_text("revision: 0755"), "spec.model.revision"),
     "yes-is-no-name": (_text("servedName: yes"), "spec.model.servedName"),
     "off-is-no-label": (_text(labels="{canary: off}"), "metadata.labels"),
+    # kubectl (v1.36) sends a key given twice without a word, the last one winning.
+    "a-key-twice-is-not-refused": (_text("name: org/other"), None),
 }
 """Manifests as people write them, whose scalars YAML 1.1 (PyYAML), YAML 1.2 and kubectl read
 differently: id -> (text, None when the API server accepts it, else the field it names)."""

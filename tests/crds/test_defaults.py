@@ -66,6 +66,27 @@ ACCEPTED = [
     ("env vs the operator's", "runtime.env", [{"name": "POD_HOSTNAME", "value": "x"}]),
     ("ngram takes no model", "runtime.speculative", {"method": "ngram"}),
     ("hf source names the model", "model.source", "pvc://weights/org-model"),
+    # Second round of issue 29: each side of the new relations, alone.
+    ("limits >= requests", "runtime.resources", {"limits": {"cpu": "1m", "memory": "1Ki"}}),
+    ("limits >= requests", "runtime.resources", {"requests": {"cpu": "64", "memory": "1Ti"}}),
+    ("revision only for the hub", "model.revision", "main"),
+    ("revision only for the hub", "model.source", "s3://bucket/model"),
+    ("gpuBudget >= gpu.count", "runtime.gpu.count", 8),
+    ("analysis.maxTtftP95Ms < timeoutSeconds", "rollout.analysis.maxTtftP95Ms", 1e9),
+    ("speculative.model is not model.name", "runtime.speculative",
+     {"method": "draft_model", "model": "org/draft"}),
+    ("extraArgs budget vs maxNumSeqs", "runtime.extraArgs", ["--max-num-batched-tokens", "1"]),
+    ("extraArgs budget vs maxNumSeqs", "runtime.extraArgs", ["--max-num-seqs", "1000000"]),
+    ("extraArgs budget vs maxModelLen, chunked off", "runtime.chunkedPrefill",
+     {"enabled": False}),
+    ("extraArgs kv bytes vs gpuMemoryUtilization", "runtime.extraArgs",
+     ["--kv-cache-memory-bytes", "1"]),
+    ("extraArgs kv bytes vs gpuMemoryUtilization", "runtime.gpuMemoryUtilization", 0.01),
+    ("extraArgs load format vs a streamed source", "runtime.extraArgs",
+     ["--load-format", "safetensors"]),
+    ("extraArgs load format vs a streamed source", "model.source", "gs://bucket/model"),
+    ("nodeSelector gpu.memory of a product", "topology.unified.nodeSelector",
+     {"nvidia.com/gpu.memory": "81559"}),
 ]  # fmt: skip
 
 # (the rule, the field set alone, its value, words the message must hold: the default that
@@ -91,6 +112,8 @@ TOLD = [
     ("hedge needs tiers", "traffic.cascade.hedge", True, "add cascade.tiers"),
     ("partial answers need a timeout", "traffic.limits.partialAnswers", True,
      "set timeoutSeconds"),
+    ("nodeSelector gpu.memory of a product", "topology.unified.nodeSelector",
+     {"nvidia.com/gpu.memory": "23034"}, "H100 by default: set runtime.gpu.type"),
 ]  # fmt: skip
 
 

@@ -57,14 +57,18 @@ def test_every_problem_of_the_launcher_has_a_rule() -> None:
         max_model_len=2048, revision="main", tensor_parallel=1, quantization="awq",
         kv_cache_dtype="auto", prefix_caching=True, chunked_prefill=False, max_batched_tokens=512,
         max_num_seqs=64, gpu_memory_utilization=0.9, cuda_graphs=True, speculative=True,
-        kv_transfer=True,
+        kv_transfer=True, gpu_count=4, streamed_source=True,
     )  # fmt: skip
     samples = [["x"], ["--a b"], ["--disable-log-stats"], ["--port", "1"], ["-q", "awq", "-q"],
                ["--max-model-len", "1"], ["--revision", "x"], ["-tp", "2"], ["-q", "fp8"],
                ["--kv-cache-dtype", "fp8"], ["--max-num-batched-tokens", "1"],
                ["--max-num-seqs", "1"], ["--gpu-memory-utilization", "0.5"], ["-sc", "{}"],
                ["--kv-transfer-config", "{}"], ["--disable-prefix-caching"],
-               ["--enable-chunked-prefill"], ["--enforce-eager"], ["-O0"]]  # fmt: skip
+               ["--enable-chunked-prefill"], ["--enforce-eager"], ["-O0"],
+               ["--api-key", "k"], ["--ssl-keyfile", "k"], ["--ssl-certfile=c"], ["--headless"],
+               ["--uds", "/s"], ["-dp"], ["-dp", "1", "2"], ["--gpu-memory-utilization=2"],
+               ["-tp", "3"], ["--kv-cache-memory-bytes", "1"], ["--load-format", "auto"],
+               ["--max-num-seqs", "1024"], ["-tp", "16"]]  # fmt: skip
     rules = engine_args_cel.rules()
     for sample in samples:
         found = engine_args.problems(sample, fields)

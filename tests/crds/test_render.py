@@ -60,7 +60,8 @@ def test_cross_field_rules_are_cel_validations() -> None:
     assert any("maxReplicas" in rule for rule in rules[".spec.topology.unified"])
     assert any("isSorted" in rule for rule in rules[".spec.rollout"])
     assert any("Exists" in rule for rule in rules[".spec.topology.unified.tolerations[]"])
-    assert sum("gpuBudget" in rule for rule in rules[".spec"]) == 2
+    # replicas, minimum footprint, one pod
+    assert sum("gpuBudget" in rule for rule in rules[".spec"]) == 3
     assert any("maxBatchedTokens" in rule for rule in rules[".spec"])
     assert sum("nvidia.com/gpu.product" in rule for rule in rules[".spec"]) == 3
 

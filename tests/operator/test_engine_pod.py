@@ -226,8 +226,27 @@ def test_image_pull_secrets(
             {"cpu": "2", "memory": "64Gi"},
             {"cpu": "4", "memory": "80Gi"},
         ),
+        # A limit written alone, below what the GPU type derives: the request follows it down.
+        (
+            {"resources": {"limits": {"cpu": "2", "memory": "16Gi"}}},
+            {"cpu": "2", "memory": "16Gi"},
+            {"cpu": "2", "memory": "16Gi"},
+        ),
+        (
+            {"resources": {"limits": {"cpu": "32", "memory": "128Gi"}}},
+            {"cpu": "8", "memory": "64Gi"},
+            {"cpu": "32", "memory": "128Gi"},
+        ),
     ],
-    ids=["H100 x1", "H200 x8", "L4 x2", "memory request", "cpu and limits"],
+    ids=[
+        "H100 x1",
+        "H200 x8",
+        "L4 x2",
+        "memory request",
+        "cpu and limits",
+        "limits alone below the derived requests",
+        "limits alone above them",
+    ],
 )
 def test_resources_derive_from_the_gpu_type_with_overrides(
     runtime: dict[str, Any], requests: dict[str, str], limits: dict[str, str]

@@ -34,7 +34,9 @@ WORDS = [
     "--speculative-config", '{"method":"ngram"}', "-sc", "--kv-transfer-config", "{}",
     # The launcher's own, and the refused.
     "--port", "--host=0.0.0.0", "--served-model-name", "--model", "--shutdown-timeout",
-    "--disable-log-stats", "--disable_log_stats",
+    "--disable-log-stats", "--disable_log_stats", "--api-key", "--ssl-keyfile=k", "--headless",
+    "--uds", "--kv-cache-memory-bytes", "--load-format", "--load_format=runai_streamer",
+    "runai_streamer", "safetensors", "-tp=0", "--max-num-seqs=0", "1.5",
     # Others, values, and pasted lines.
     "--enable-lora", "--max-loras", "4", "--max_loras", "-1", "--seed", "64", "256",
     "vllm serve org/model", "--max-num-seqs 64", "-", "--",
@@ -64,7 +66,11 @@ runtimes = st.fixed_dictionaries(
 )
 models = st.fixed_dictionaries(
     {"name": st.just("org/model")},
-    optional={"maxModelLen": st.sampled_from([2048, 8192]), "revision": st.just("main")},
+    optional={
+        "maxModelLen": st.sampled_from([2048, 8192]),
+        "revision": st.just("main"),
+        "source": st.sampled_from(["hf://org/model", "s3://bucket/model"]),
+    },
 )
 
 

@@ -70,6 +70,36 @@ def test_replaced_defaults_are_reported() -> None:
     assert any("extraArgs --max-num-seqs 64 replaces the default" in d for d in plan.decisions)
 
 
+def _option(argv: list[str], flag: str) -> int:
+    return int(argv[argv.index(flag) + 1])
+
+
+@pytest.mark.parametrize(
+    ("slo", "extra", "field", "expected"),
+    [
+        pytest.param({}, ["--max-num-batched-tokens", "64"], "--max-num-seqs", 64,
+                     id="seqs-follow"),
+        # A 20 ms ITL target sizes the budget at 256 tokens.
+        pytest.param({"itlP95Ms": 20}, ["--max_num_seqs=1024"], "--max-num-batched-tokens", 1024,
+                     id="budget-follows"),
+        pytest.param({}, ["--max-num-batched-tokens", "65536"], "--max-num-seqs", 256,
+                     id="seqs-below-stay"),
+    ],
+)  # fmt: skip
+def test_a_default_follows_the_step_budget_extra_args_give(
+    slo: dict[str, float], extra: list[str], field: str, expected: int
+) -> None:
+    """One bound of vLLM's step budget in extraArgs: the launcher's default of the other moves to
+    meet it (else vLLM refuses to start: batched tokens >= sequences), and says so."""
+    config = config_of(cfg(slo=slo, runtime={"extraArgs": extra}))
+    plan = plan_engine(config, gpu_of("H100:1"))
+    assert _option(plan.argv, field) == expected
+    tokens, seqs = (_option(plan.argv, f) for f in ("--max-num-batched-tokens", "--max-num-seqs"))
+    assert tokens >= seqs
+    if expected != 256:
+        assert any("vLLM's step budget" in d for d in plan.decisions), plan.decisions
+
+
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
@@ -176,6 +206,48 @@ def _runtime(**fields: Any) -> dict[str, Any]:
             ExitCode.CONFLICTING_ARGS,
             "read engine metrics",
             id="metrics-off-refused",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(env=[{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "0.0.0.0"}]),
+            ExitCode.BAD_SPEC,
+            "runtime.env VLLM_NIXL_SIDE_CHANNEL_HOST: set by the launcher",
+            id="launcher-env",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(extraArgs=["--api-key", "k"]),
+            ExitCode.CONFLICTING_ARGS,
+            "extraArgs --api-key is refused",
+            id="api-key-refused",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(extraArgs=["--max-num-seqs"]),
+            ExitCode.CONFLICTING_ARGS,
+            "--max-num-seqs takes one value, not 0",
+            id="value-missing",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(extraArgs=["--gpu-memory-utilization=0"]),
+            ExitCode.CONFLICTING_ARGS,
+            "--gpu-memory-utilization cannot take 0",
+            id="memory-share-zero",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(maxNumSeqs=512, extraArgs=["--max-num-batched-tokens", "256"]),
+            ExitCode.CONFLICTING_ARGS,
+            "is below runtime.maxNumSeqs (512)",
+            id="budget-below-typed-max-seqs",
+        ),
+        pytest.param(
+            "H100:1",
+            _runtime(gpuMemoryUtilization=0.8, extraArgs=["--kv-cache-memory-bytes", "1"]),
+            ExitCode.CONFLICTING_ARGS,
+            "both size the KV cache",
+            id="kv-bytes-beside-memory-share",
         ),
         pytest.param(
             "H100:1",

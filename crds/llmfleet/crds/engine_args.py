@@ -48,13 +48,22 @@ GROUPS = {
     "--optimization-level": "cuda-graphs",
 }
 """Options that set the same thing: one of each group at most."""
-REFUSED = {"--disable-log-stats": "the launcher's drain and the autoscaler read engine metrics"}
+REFUSED = {
+    "--disable-log-stats": "the launcher's drain and the autoscaler read engine metrics",
+    "--api-key": "the gateway, its health checks and the launcher call the engine without a "
+    "key (tenants' keys are the gateway's)",
+    "--ssl-keyfile": "the gateway, Prometheus and the launcher speak plain HTTP to the engine",
+    "--ssl-certfile": "the gateway, Prometheus and the launcher speak plain HTTP to the engine",
+    "--headless": "it starts no API server, and the pool Services send requests to it",
+}
+"""Options the launcher refuses outright (flag -> why)."""
 LAUNCHER_OWNED = {
     "--host": "the launcher binds the pod's address",
     "--port": "the pool Services target the engine's port",
     "--served-model-name": "set model.servedName",
     "--shutdown-timeout": "the launcher drains before it stops the engine",
     "--model": "set model.name (the launcher passes it as vllm serve's model)",
+    "--uds": "the engine serves the pod's port, which the pool Services target",
 }
 """Options only the launcher sets (it refuses them in extraArgs)."""
 
@@ -176,9 +185,12 @@ class TypedFields:
     cuda_graphs: bool | None = None
     speculative: bool = False
     kv_transfer: bool = False
+    """A prefill or decode pool: the launcher writes `--kv-transfer-config`."""
     gpu_count: int = 1
     """GPUs in each pod (`runtime.gpu.count`)."""
-    """A prefill or decode pool: the launcher writes `--kv-transfer-config`."""
+    streamed_source: bool = False
+    """`model.source` is `s3://` or `gs://`: the launcher loads it with `--load-format
+    runai_streamer`."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,9 @@ def contradiction(arg: Arg, fields: TypedFields) -> str | None:
         agrees = _one_value(arg.values, owned.kind, wanted)
         if wanted is not None and arg.flag == owned.flag and not agrees:
             return f"extraArgs {given} contradicts {owned.spec_field} ({wanted})"
+    reason = _overridden(arg, fields)
+    if reason:
+        return reason
     if fields.kv_transfer and arg.flag == "--kv-transfer-config":
         return f"extraArgs {given} contradicts kvTransfer.connector: set it there"
     for family, flag, field_name in _switches(fields):
@@ -264,6 +279,24 @@ def contradiction(arg: Arg, fields: TypedFields) -> str | None:
         return (
             f"extraArgs {given} contradicts runtime.cudaGraphs (true, its default): "
             "set runtime.cudaGraphs: false for eager mode"
+        )
+    return None
+
+
+def _overridden(arg: Arg, fields: TypedFields) -> str | None:
+    """Why `arg` would make vLLM ignore what a typed field asks for (None: it does not)."""
+    given = " ".join(arg.words())
+    if fields.gpu_memory_utilization is not None and arg.flag == KV_CACHE_BYTES:
+        return (
+            f"extraArgs {given} and runtime.gpuMemoryUtilization "
+            f"({fields.gpu_memory_utilization}) both size the KV cache: vLLM takes the bytes, "
+            "ignoring the fraction"
+        )
+    streamer = len(arg.values) == 1 and arg.values[0].startswith(STREAMER)
+    if fields.streamed_source and arg.flag == LOAD_FORMAT and not streamer:
+        return (
+            f"extraArgs {given} contradicts model.source (s3:// or gs://, which only the "
+            f"Run:ai streamer reads: --load-format {STREAMER})"
         )
     return None
 
@@ -299,9 +332,102 @@ def problems(words: list[str], fields: TypedFields) -> list[str]:
         reason = contradiction(arg, fields)
         if reason:
             found.append(reason)
+        if arg.flag in VALUE_OPTIONS and len(arg.values) != 1:
+            found.append(
+                f"extraArgs {' '.join(arg.words())}: {arg.flag} takes one value, "
+                f"not {len(arg.values)}"
+            )
+        reason = out_of_range(arg)
+        if reason:
+            found.append(reason)
     reason = parallelism(args, fields)
     if reason:
         found.append(reason)
+    found += [
+        f"extraArgs {' '.join(arg.words())}: {size} does not divide the pod's {fields.gpu_count} "
+        "GPUs (runtime.gpu.count)"
+        for arg in args
+        if arg.flag == TENSOR_PARALLEL
+        and (size := _size(arg))
+        and size <= fields.gpu_count
+        and fields.gpu_count % size
+    ]
+    found += engine_limits(args, fields)
+    return found
+
+
+KV_CACHE_BYTES, LOAD_FORMAT, STREAMER = "--kv-cache-memory-bytes", "--load-format", "runai_streamer"
+VALUE_OPTIONS = (*(owned.flag for owned in OWNED), "--data-parallel-size", "--kv-transfer-config",
+                 KV_CACHE_BYTES, LOAD_FORMAT)  # fmt: skip
+"""Options that take exactly one value (vLLM's parser refuses the command line otherwise)."""
+AT_LEAST_ONE = ("--tensor-parallel-size", "--data-parallel-size", "--max-num-seqs",
+                "--max-num-batched-tokens")  # fmt: skip
+"""Options whose value, a whole number, must be at least 1 (as their typed fields' are)."""
+FRACTION = "--gpu-memory-utilization"
+"""An option whose value, a number, must be in (0, 1] (as `runtime.gpuMemoryUtilization`)."""
+
+
+def first_value(arg: Arg) -> str:
+    """The option's first value ('' without one): what vLLM reads when it starts at all."""
+    return arg.values[0] if arg.values else ""
+
+
+def first_values(words: list[str], flag: str) -> list[str]:
+    """The first value of each option word that reads as `flag` ('' without one), word by word
+    as the CEL rules read them (`engine_args_cel.first_values`): whatever the list starts with."""
+    regex = word_regex([flag])
+    found = []
+    for i, word in enumerate(words):
+        if re.match(regex, word) is None:
+            continue
+        if "=" in word:
+            found.append(word.partition("=")[2])
+        elif i + 1 < len(words) and not is_option(words[i + 1]):
+            found.append(words[i + 1])
+        else:
+            found.append("")
+    return found
+
+
+def out_of_range(arg: Arg) -> str | None:
+    """Why the number `arg` gives is one vLLM refuses (None: it is not, or not a number)."""
+    value = first_value(arg)
+    if arg.flag in AT_LEAST_ONE and re.match(INTEGER, value) and int(value) < 1:
+        return f"extraArgs {' '.join(arg.words())}: {arg.flag} cannot take {value} (at least 1)"
+    if arg.flag == FRACTION and re.match(NUMBER, value) and not 0 < float(value) <= 1:
+        return f"extraArgs {' '.join(arg.words())}: {arg.flag} cannot take {value} (in (0, 1])"
+    return None
+
+
+BATCHED_TOKENS, NUM_SEQS = "--max-num-batched-tokens", "--max-num-seqs"
+
+
+def engine_limits(args: list[Arg], fields: TypedFields) -> list[str]:
+    """vLLM's start-time limits between a number extraArgs give and a typed field (both typed:
+    the spec's own rules): the step budget holds every running sequence (`--max-num-batched-
+    tokens` >= `runtime.maxNumSeqs`, `--max-num-seqs` <= `chunkedPrefill.maxBatchedTokens`),
+    and a whole prompt with chunked prefill off (>= `model.maxModelLen`)."""
+    limits = (
+        # (option, the typed field's value, its name, True when the option must be at least it)
+        (BATCHED_TOKENS, fields.max_num_seqs, "runtime.maxNumSeqs", True),
+        (BATCHED_TOKENS, None if fields.chunked_prefill else fields.max_model_len,
+         "model.maxModelLen with chunked prefill off", True),
+        (NUM_SEQS, fields.max_batched_tokens, "runtime.chunkedPrefill.maxBatchedTokens", False),
+    )  # fmt: skip
+    found = []
+    for arg in args:
+        value = first_value(arg)
+        if re.match(INTEGER, value) is None:
+            continue
+        for flag, bound, name, at_least in limits:
+            if arg.flag != flag or bound is None:
+                continue
+            if at_least and int(value) < bound:
+                found.append(f"extraArgs {' '.join(arg.words())} is below {name} ({bound}): "
+                             "vLLM's limits refuse it")  # fmt: skip
+            if not at_least and int(value) > bound:
+                found.append(f"extraArgs {' '.join(arg.words())} is above {name} ({bound}): "
+                             "vLLM's limits refuse it")  # fmt: skip
     return found
 
 

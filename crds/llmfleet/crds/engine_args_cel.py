@@ -14,15 +14,23 @@ from dataclasses import dataclass
 
 from llmfleet.crds._base import cel_string
 from llmfleet.crds.engine_args import (
+    AT_LEAST_ONE,
+    BATCHED_TOKENS,
     FAMILIES,
+    FRACTION,
     INTEGER,
+    KV_CACHE_BYTES,
     LAUNCHER_OWNED,
+    LOAD_FORMAT,
+    NUM_SEQS,
     NUMBER,
     ONE_WORD,
     OPTION,
     OWNED,
     REFUSED,
     SMALL_INTEGER,
+    STREAMER,
+    VALUE_OPTIONS,
     Owned,
     spellings,
     word_regex,
@@ -124,6 +132,12 @@ def _sizes(flag: str) -> str:
     )
 
 
+def first_values(flag: str) -> str:
+    """CEL: the first value of each option of `flag` in extraArgs, as read word by word ('' when
+    it has none); `engine_args.first_values` is its Python twin."""
+    return _sizes(flag)
+
+
 def _parallelism_cel() -> str:
     """CEL twin of `engine_args.parallelism` (no list computed inside another's loop: the cost
     estimate multiplies them)."""
@@ -158,11 +172,82 @@ def rules() -> list[ArgsRule]:
             "items (`--max-num-seqs`, `128`) or as `--max-num-seqs=128`",
             lambda p: "is several words" in p,
         ),
+        *(
+            ArgsRule(
+                _no_word(word_regex([flag])),
+                f"runtime.extraArgs may not set {flag}: {why}",
+                lambda p, flag=flag: f"extraArgs {flag} is refused" in p,  # type: ignore[misc]
+            )
+            for flag, why in REFUSED.items()
+        ),
         ArgsRule(
-            _no_word(word_regex(REFUSED)),
-            "runtime.extraArgs may not turn engine metrics off (--disable-log-stats): the "
-            "launcher's drain and the autoscaler read them",
-            lambda p: "is refused" in p,
+            _every_word(
+                lambda i: (
+                    f"!{_word(i)}.matches({cel_string(word_regex(VALUE_OPTIONS))}) || "
+                    f"{_single_value(i, lambda v: 'true')}"
+                )
+            ),
+            "runtime.extraArgs gives an option that takes one value none, or several ("
+            + ", ".join(VALUE_OPTIONS)
+            + "): vLLM refuses the command line",
+            lambda p: "takes one value" in p,
+        ),
+        ArgsRule(
+            " && ".join(
+                f"{_sizes(flag)}.all(v, !v.matches({cel_string(INTEGER)}) || int(v) >= 1)"
+                for flag in AT_LEAST_ONE
+            )
+            + f" && {_sizes(FRACTION)}.all(v, !v.matches({cel_string(NUMBER)}) || "
+            "(double(v) > 0.0 && double(v) <= 1.0))",
+            "runtime.extraArgs gives an option a number vLLM refuses: "
+            + ", ".join(AT_LEAST_ONE)
+            + f" at least 1, {FRACTION} in (0, 1]",
+            lambda p: "cannot take" in p,
+        ),
+        ArgsRule(
+            "!has(self.runtime.gpuMemoryUtilization) || " + _no_word(word_regex([KV_CACHE_BYTES])),
+            f"runtime.extraArgs {KV_CACHE_BYTES} and runtime.gpuMemoryUtilization both size "
+            "the KV cache: vLLM takes the bytes, ignoring the fraction; set one of them",
+            lambda p: "both size the KV cache" in p,
+        ),
+        ArgsRule(
+            "!has(self.model.source) || !(self.model.source.startsWith('s3://') || "
+            "self.model.source.startsWith('gs://')) || "
+            + _every_word(
+                lambda i: (
+                    f"!{_word(i)}.matches({cel_string(word_regex([LOAD_FORMAT]))}) || "
+                    + _single_value(i, lambda v: f"{v}.startsWith({cel_string(STREAMER)})")
+                )
+            ),
+            f"runtime.extraArgs {LOAD_FORMAT} contradicts model.source: an s3:// or gs:// "
+            f"source is read only by the Run:ai streamer ({LOAD_FORMAT} {STREAMER}, which the "
+            "launcher sets)",
+            lambda p: "contradicts model.source" in p,
+        ),
+        ArgsRule(
+            "!has(self.runtime.maxNumSeqs) || "
+            f"{_sizes(BATCHED_TOKENS)}.all(v, !v.matches({cel_string(INTEGER)}) || "
+            "int(v) >= self.runtime.maxNumSeqs)",
+            f"runtime.extraArgs {BATCHED_TOKENS} is below runtime.maxNumSeqs: every running "
+            "sequence decodes a token in each step (vLLM refuses to start otherwise)",
+            lambda p: "is below runtime.maxNumSeqs" in p,
+        ),
+        ArgsRule(
+            "self.runtime.chunkedPrefill.enabled || !has(self.model.maxModelLen) || "
+            f"{_sizes(BATCHED_TOKENS)}.all(v, !v.matches({cel_string(INTEGER)}) || "
+            "int(v) >= self.model.maxModelLen)",
+            f"runtime.extraArgs {BATCHED_TOKENS} is below model.maxModelLen with chunked "
+            "prefill off: a step must hold a whole prompt (vLLM refuses to start otherwise)",
+            lambda p: "is below model.maxModelLen" in p,
+        ),
+        ArgsRule(
+            "!has(self.runtime.chunkedPrefill.maxBatchedTokens) || "
+            f"{_sizes(NUM_SEQS)}.all(v, !v.matches({cel_string(INTEGER)}) || "
+            "int(v) <= self.runtime.chunkedPrefill.maxBatchedTokens)",
+            f"runtime.extraArgs {NUM_SEQS} is above runtime.chunkedPrefill.maxBatchedTokens: "
+            "every running sequence decodes a token in each step (vLLM refuses to start "
+            "otherwise)",
+            lambda p: "is above runtime.chunkedPrefill.maxBatchedTokens" in p,
         ),
         ArgsRule(
             _no_word(word_regex(LAUNCHER_OWNED)),
@@ -217,6 +302,14 @@ def rules() -> list[ArgsRule]:
             "default; without -tp in extraArgs the tensor-parallel size is "
             "runtime.tensorParallel, or gpu.count)",
             _mentions("(tensor x data parallel)"),
+        ),
+        ArgsRule(
+            f"{_sizes('--tensor-parallel-size')}.all(t, !t.matches({cel_string(SMALL_INTEGER)}) "
+            "|| int(t) == 0 || int(t) > self.runtime.gpu.count || "
+            "self.runtime.gpu.count % int(t) == 0)",
+            "runtime.extraArgs --tensor-parallel-size must divide runtime.gpu.count (1 by "
+            "default), as runtime.tensorParallel must: the GPUs left over would idle",
+            lambda p: "does not divide the pod's" in p,
         ),
         ArgsRule(
             "self.topology.mode != 'Disaggregated' || "

@@ -19,9 +19,12 @@ from llmfleet.crds._base import ApiModel, Rule, cel_string, defaulted
 from llmfleet.crds.gpus import (
     GPU_COUNT_LABEL,
     GPU_FAMILY_LABEL,
+    GPU_MEMORY_LABEL,
     GPU_PRESENT_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_TYPES,
+    MIG_CAPABLE_LABEL,
+    MIG_STRATEGY_LABEL,
 )
 from llmfleet.crds.policy import RolloutSpec, TrafficSpec
 from llmfleet.crds.spec import (
@@ -108,6 +111,23 @@ def _product_rule(pool: str) -> Rule:
     )
 
 
+def _node_label_rule(pool: str) -> Rule:
+    """A pool's nodeSelector may name `gpu.nodeLabel` only with a value of `gpu.products`: the
+    pods' affinity requires one of those, so no node has another as well."""
+    selector = f"{_pool_cel(pool)}.nodeSelector"
+    gpu = "self.runtime.gpu"
+    return Rule(
+        cel=f"!has({_pool_cel(pool)}) || !has({selector}) || !has({gpu}.nodeLabel) || "
+        f"!has({gpu}.products) || !({gpu}.nodeLabel in {selector}) || "
+        f"{selector}[{gpu}.nodeLabel] in {gpu}.products",
+        message=f"topology.{pool}.nodeSelector gives runtime.gpu.nodeLabel a value that is not "
+        "in runtime.gpu.products: the pods require one of those, so no node has both. Remove "
+        "it from nodeSelector (llmfleet selects the products itself)",
+        field_path=f".topology.{pool}.nodeSelector",
+        check=lambda s: s.pool_node_label_matches(pool),
+    )
+
+
 def _args_rule(rule: engine_args_cel.ArgsRule) -> Rule:
     """An extraArgs check of the launcher as an admission rule: its Python twin is the
     launcher's own check (`engine_args.problems`)."""
@@ -119,15 +139,26 @@ def _args_rule(rule: engine_args_cel.ArgsRule) -> Rule:
     )
 
 
+_GPU_MEMORY_CEL = (
+    "{" + ", ".join(
+        f"'{n}': [" + ", ".join(sorted({f"'{p.memory_mib}'" for p in g.products})) + "]"
+        for n, g in GPU_TYPES.items()
+    ) + "}"
+)  # fmt: skip
+_GPU_MEMORY_TEXT = "; ".join(
+    f"{n}: {', '.join(sorted({str(p.memory_mib) for p in g.products}))}"
+    for n, g in GPU_TYPES.items()
+)
 _GPU_FAMILIES_CEL = "{" + ", ".join(f"'{n}': '{g.family}'" for n, g in GPU_TYPES.items()) + "}"
 
 
 def _fits_rule(pool: str) -> Rule:
     """A pool's nodeSelector may not ask for GPU nodes no pod of the spec fits on."""
     selector = f"{_pool_cel(pool)}.nodeSelector"
-    count, family, present = (
-        f"{selector}[{cel_string(label)}]"
-        for label in (GPU_COUNT_LABEL, GPU_FAMILY_LABEL, GPU_PRESENT_LABEL)
+    labels = (GPU_COUNT_LABEL, GPU_FAMILY_LABEL, GPU_PRESENT_LABEL, GPU_MEMORY_LABEL,
+              MIG_STRATEGY_LABEL, MIG_CAPABLE_LABEL)  # fmt: skip
+    count, family, present, memory, strategy, capable = (
+        f"{selector}[{cel_string(label)}]" for label in labels
     )
     return Rule(
         cel=f"!has({_pool_cel(pool)}) || !has({selector}) || ("
@@ -135,11 +166,19 @@ def _fits_rule(pool: str) -> Rule:
         f"&& int({count}) >= self.runtime.gpu.count)) && "
         f"(!({cel_string(GPU_FAMILY_LABEL)} in {selector}) || "
         f"{family} == {_GPU_FAMILIES_CEL}[self.runtime.gpu.type]) && "
-        f"(!({cel_string(GPU_PRESENT_LABEL)} in {selector}) || {present} == 'true'))",
+        f"(!({cel_string(GPU_PRESENT_LABEL)} in {selector}) || {present} == 'true') && "
+        f"(!({cel_string(GPU_MEMORY_LABEL)} in {selector}) || has(self.runtime.gpu.products) || "
+        f"{memory} in {_GPU_MEMORY_CEL}[self.runtime.gpu.type]) && "
+        f"(!has(self.runtime.gpu.mig) || ((!({cel_string(MIG_STRATEGY_LABEL)} in {selector}) || "
+        f"{strategy} == 'mixed') && (!({cel_string(MIG_CAPABLE_LABEL)} in {selector}) || "
+        f"{capable} == 'true'))))",
         message=f"topology.{pool}.nodeSelector asks for nodes no pod of this spec fits on: "
         f"{GPU_COUNT_LABEL} below runtime.gpu.count (or not a number), {GPU_FAMILY_LABEL} "
-        "other than runtime.gpu.type's (H100 by default: set runtime.gpu.type), or "
-        f'{GPU_PRESENT_LABEL} other than "true"',
+        "other than runtime.gpu.type's (H100 by default: set runtime.gpu.type), "
+        f'{GPU_PRESENT_LABEL} other than "true", {GPU_MEMORY_LABEL} (MiB) that no product '
+        f"of runtime.gpu.type has ({_GPU_MEMORY_TEXT}), or, with runtime.gpu.mig (a slice "
+        f"resource of the mixed strategy), {MIG_STRATEGY_LABEL} other than mixed or "
+        f'{MIG_CAPABLE_LABEL} other than "true"',
         field_path=f".topology.{pool}.nodeSelector",
         check=lambda s: s.pool_fits(pool),
     )
@@ -215,8 +254,45 @@ class InferenceServiceSpec(ApiModel):
                 or s.runtime.chunked_prefill.max_batched_tokens >= s.model.max_model_len
             ),
         ),
+        Rule(
+            cel="!has(self.autoscaling.gpuBudget) || "
+            "self.autoscaling.gpuBudget >= self.runtime.gpu.count",
+            message="autoscaling.gpuBudget is below one pod's GPUs (runtime.gpu.count, 1 by "
+            "default): no pod of the service could ever run",
+            field_path=".autoscaling.gpuBudget",
+            check=lambda s: (
+                s.autoscaling.gpu_budget is None or s.autoscaling.gpu_budget >= s.runtime.gpu.count
+            ),
+        ),
         *(_product_rule(pool) for pool in L.POOLS),
+        *(_node_label_rule(pool) for pool in L.POOLS),
         *(_fits_rule(pool) for pool in L.POOLS),
+        Rule(
+            cel="!has(self.runtime.speculative) || !has(self.runtime.speculative.model) || "
+            "self.runtime.speculative.model != self.model.name",
+            message="runtime.speculative.model is model.name itself: a draft model (or EAGLE "
+            "head) proposes tokens for a larger model, and the model as its own draft only "
+            "doubles the memory",
+            field_path=".runtime.speculative.model",
+            check=lambda s: (
+                s.runtime.speculative is None or s.runtime.speculative.model != s.model.name
+            ),
+        ),
+        Rule(
+            cel="!has(self.traffic) || !has(self.traffic.limits) || "
+            "!has(self.traffic.limits.timeoutSeconds) || !has(self.rollout) || "
+            "!has(self.rollout.analysis) || !has(self.rollout.analysis.maxTtftP95Ms) || "
+            "self.rollout.analysis.maxTtftP95Ms < self.traffic.limits.timeoutSeconds * 1000.0",
+            message="rollout.analysis.maxTtftP95Ms must be below traffic.limits.timeoutSeconds: "
+            "a request times out before its first token could exceed the limit, so the limit "
+            "never fails a canary",
+            field_path=".rollout.analysis.maxTtftP95Ms",
+            check=lambda s: (
+                s.traffic.limits.timeout_seconds is None
+                or s.rollout.analysis.max_ttft_p95_ms is None
+                or s.rollout.analysis.max_ttft_p95_ms < s.traffic.limits.timeout_seconds * 1000
+            ),
+        ),
         Rule(
             cel="!has(self.traffic) || !has(self.traffic.limits) || "
             "!has(self.traffic.limits.maxTokens) || !has(self.model.maxModelLen) || "
@@ -228,6 +304,25 @@ class InferenceServiceSpec(ApiModel):
                 s.traffic.limits.max_tokens is None
                 or s.model.max_model_len is None
                 or s.traffic.limits.max_tokens < s.model.max_model_len
+            ),
+        ),
+        Rule(
+            cel="!has(self.traffic) || !has(self.traffic.limits) || "
+            "!has(self.traffic.limits.maxTokens) || "
+            + engine_args_cel.first_values("--max-model-len")
+            + f".all(v, !v.matches({cel_string(engine_args.INTEGER)}) || "
+            "self.traffic.limits.maxTokens < int(v))",
+            message="traffic.limits.maxTokens must be below the context runtime.extraArgs "
+            "--max-model-len gives: prompt and output share it, so a cap at or beyond it fails "
+            "every request it lowers",
+            field_path=".traffic.limits.maxTokens",
+            check=lambda s: (
+                s.traffic.limits.max_tokens is None
+                or all(
+                    s.traffic.limits.max_tokens < int(v)
+                    for v in engine_args.first_values(list(s.runtime.extra_args), "--max-model-len")
+                    if re.match(engine_args.INTEGER, v)
+                )
             ),
         ),
         Rule(
@@ -265,6 +360,7 @@ class InferenceServiceSpec(ApiModel):
             speculative=rt.speculative is not None,
             kv_transfer=self.topology.mode == Mode.DISAGGREGATED,
             gpu_count=rt.gpu.count,
+            streamed_source=(model.source or "").startswith(("s3://", "gs://")),
         )
 
     def extra_args_problems(self) -> list[str]:
@@ -300,6 +396,16 @@ class InferenceServiceSpec(ApiModel):
         ]
         return self.runtime.gpu.count * sum(least)
 
+    def pool_node_label_matches(self, pool: str) -> bool:
+        """True unless `topology.<pool>.nodeSelector` gives `gpu.nodeLabel` a value outside
+        `gpu.products`."""
+        spec: PoolSpec | None = getattr(self.topology, pool)
+        gpu = self.runtime.gpu
+        if spec is None or gpu.node_label is None or gpu.products is None:
+            return True
+        named = spec.node_selector.get(gpu.node_label)
+        return named is None or named in gpu.products
+
     def pool_fits(self, pool: str) -> bool:
         """False when `topology.<pool>.nodeSelector` asks for GPU nodes no pod of the spec fits
         on (too few GPUs, another family, none present)."""
@@ -308,12 +414,17 @@ class InferenceServiceSpec(ApiModel):
         count = selector.get(GPU_COUNT_LABEL)
         family = selector.get(GPU_FAMILY_LABEL)
         present = selector.get(GPU_PRESENT_LABEL)
+        memory = selector.get(GPU_MEMORY_LABEL)
         gpu = self.runtime.gpu
+        memories = {str(p.memory_mib) for p in GPU_TYPES[gpu.type.value].products}
         return (
             (count is None or (re.fullmatch("[0-9]{1,9}", count) is not None
                                and int(count) >= gpu.count))
             and (family is None or family == GPU_TYPES[gpu.type.value].family)
             and (present is None or present == "true")
+            and (memory is None or gpu.products is not None or memory in memories)
+            and (gpu.mig is None or (selector.get(MIG_STRATEGY_LABEL, "mixed") == "mixed"
+                                     and selector.get(MIG_CAPABLE_LABEL, "true") == "true"))
         )  # fmt: skip
 
     def pool_product_matches(self, pool: str) -> bool:

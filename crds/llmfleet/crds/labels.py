@@ -34,6 +34,13 @@ OPERATOR_ENV = {
 """Environment variables the operator sets in every engine container (name -> what it is):
 `spec.runtime.env` may not name them (a container's env is a map keyed by name)."""
 
+LAUNCHER_ENV = {
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "the pod's address, where decode pods fetch KV metadata",
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "the KV-transfer side channel's port",
+}
+"""Environment variables the runtime launcher sets for the engine (name -> what it is): an entry
+of `spec.runtime.env` would replace them and break the KV transfer, so admission refuses them."""
+
 ROLLOUT_PAUSE = "llmfleet.dev/rollout-pause"
 """Annotation: `"true"` holds a canary rollout at its step (no analysis, no step advanced);
 any other value or none resumes it."""

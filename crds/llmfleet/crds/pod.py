@@ -7,6 +7,9 @@ Secret's value is resolved by the kubelet and is never written into any object l
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from fractions import Fraction
 from typing import Annotated
 
 from pydantic import Field
@@ -22,6 +25,23 @@ QUANTITY = (
 )
 """A non-negative Kubernetes resource quantity (`500m`, `8`, `64Gi`, `1.5G`)."""
 Quantity = Annotated[str, Field(pattern=QUANTITY, min_length=1, max_length=64)]
+_SUFFIXES = {
+    **{f"{prefix}i": Fraction(1024) ** power for power, prefix in enumerate("KMGTPE", 1)},
+    **{prefix: Fraction(1000) ** power for power, prefix in enumerate("kMGTPE", 1)},
+    "m": Fraction(1, 1000),
+    "": Fraction(1),
+}
+
+
+def quantity(text: str) -> Fraction:
+    """A quantity's value (`500m` is 1/2, `64Gi` 64 x 2^30), as CEL's `quantity()` compares
+    them; `text` must match `QUANTITY`."""
+    number = re.match(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)", text)
+    assert number is not None, text
+    value, suffix = Fraction(number[0]), text[number.end() :]
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        return value * Fraction(10) ** int(Fraction(suffix[1:]))
+    return value * _SUFFIXES[suffix]
 
 
 class KeySelector(ApiModel):
@@ -106,6 +126,17 @@ class ModelCache(ApiModel):
     )
 
 
+def _limit_holds(key: str) -> Callable[[ResourceOverrides], bool]:
+    """Python twin of the rule on `limits.<key>`: at least `requests.<key>` when both are set."""
+
+    def check(r: ResourceOverrides) -> bool:
+        request = getattr(r.requests, key, None)
+        limit = getattr(r.limits, key, None)
+        return request is None or limit is None or quantity(limit) >= quantity(request)
+
+    return check
+
+
 class ComputeResources(ApiModel):
     """CPU and memory of the engine container (`cpu`, `memory` keys only; GPUs come from
     `runtime.gpu.count`)."""
@@ -123,4 +154,18 @@ class ResourceOverrides(ApiModel):
     """CPU and memory requests; unset keys keep the derived value."""
     limits: ComputeResources | None = None
     """CPU and memory limits; unset keys keep the derived value (memory: the request; CPU: no
-    limit)."""
+    limit). A limit given without its request lowers the derived request to it when that is
+    higher (a request above its limit is refused by the API server)."""
+
+    rules = tuple(
+        Rule(
+            cel=f"!has(self.requests) || !has(self.limits) || !has(self.requests.{key}) || "
+            f"!has(self.limits.{key}) || "
+            f"quantity(self.limits.{key}).compareTo(quantity(self.requests.{key})) >= 0",
+            message=f"runtime.resources.limits.{key} is below requests.{key}: the API server "
+            "refuses a container whose request exceeds its limit",
+            field_path=f".limits.{key}",
+            check=_limit_holds(key),
+        )
+        for key in ("cpu", "memory")
+    )

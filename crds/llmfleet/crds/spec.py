@@ -63,6 +63,17 @@ IMAGE_REFERENCE = (
 )
 """An image reference as the kubelet parses it (the distribution reference grammar): an optional
 registry (with a dot or a port, or `localhost`), lowercase path components, a tag, a digest."""
+HUB_REPO = r"[A-Za-z0-9_.][-A-Za-z0-9_.]*(/[A-Za-z0-9_.][-A-Za-z0-9_.]*)?"
+"""A hub repository id as vLLM and the hub read one: `org/name` (or `name`), letters, digits,
+`-`, `_` and `.`; no scheme, no spaces, no `@revision` (that is `model.revision`)."""
+MODEL_TO_LOAD = rf"^({HUB_REPO}|/[^ \t\n\r\f\v]*)$"
+"""What `vllm serve` loads as `model.name` without a source: a hub repository id, or an absolute
+path in the image (weights baked into a custom `runtime.image`)."""
+REVISION = r"^[^ \t\n\r\f\v~^?*\[\\]+$"
+"""A hub revision (branch, tag or commit): no whitespace, none of `~^?*[\\` (git refuses them in
+a ref name)."""
+DIGEST_SHA256 = r"@sha256:[a-f0-9]{64}$"
+"""A sha256 digest as the kubelet (the OCI image spec) reads it: 64 lowercase hex digits."""
 RENDERED_TEXT_MAX = 65_536
 """Characters `runtime.env` values and `runtime.extraArgs` may hold together. The operator copies
 them into each pool's runtime config (a ConfigMap of at most 1 MiB, holding up to four pools'
@@ -101,6 +112,53 @@ class ModelSpec(ApiModel):
                 or not m.source.startswith("pvc://")
                 or re.match(PVC_SOURCE, m.source) is not None
             ),
+        ),
+        Rule(
+            cel="!has(self.source) || !self.source.startsWith('pvc://') || "
+            "!self.source.matches('/[.][.]?(/|$)')",
+            message="a pvc:// source's path may not hold '.' or '..' segments: the weights are "
+            "a directory inside the claim",
+            field_path=".source",
+            check=lambda m: (
+                m.source is None
+                or not m.source.startswith("pvc://")
+                or re.search("/[.][.]?(/|$)", m.source) is None
+            ),
+        ),
+        Rule(
+            cel=f"has(self.source) || self.name.matches({cel_string(MODEL_TO_LOAD)})",
+            message="model.name is what vllm serve loads when model.source is unset, so it must be "
+            "a hub repository id (org/name: letters, digits, '-', '_', '.'; no scheme, spaces or "
+            "@revision) or an absolute path in the image: set model.source for weights from "
+            "elsewhere, model.revision for a revision",
+            field_path=".name",
+            check=lambda m: m.source is not None or re.match(MODEL_TO_LOAD, m.name) is not None,
+        ),
+        Rule(
+            cel="!has(self.source) || !self.source.startsWith('hf://') || "
+            "self.source.matches(" + cel_string(f"^hf://{HUB_REPO}$") + ")",
+            message="an hf:// source is hf://<org>/<name>, a hub repository id (letters, digits, "
+            "'-', '_', '.'): a revision goes in model.revision",
+            field_path=".source",
+            check=lambda m: (
+                m.source is None
+                or not m.source.startswith("hf://")
+                or re.match(f"^hf://{HUB_REPO}$", m.source) is not None
+            ),
+        ),
+        Rule(
+            cel=f"!has(self.revision) || self.revision.matches({cel_string(REVISION)})",
+            message="model.revision is a branch, tag or commit of the hub repository: no "
+            "spaces, none of ~^?*[\\",
+            field_path=".revision",
+            check=lambda m: m.revision is None or re.match(REVISION, m.revision) is not None,
+        ),
+        Rule(
+            cel="!has(self.revision) || !has(self.source) || self.source.startsWith('hf://')",
+            message="model.revision pins a hub revision, and model.source is not the hub "
+            "(pvc://, s3:// and gs:// sources are read as they are): remove revision",
+            field_path=".revision",
+            check=lambda m: m.revision is None or m.source is None or m.source.startswith("hf://"),
         ),
     )
 
@@ -228,6 +286,12 @@ class GpuSpec(ApiModel):
             field_path=".minMemoryGB",
             check=lambda g: g.products is None or g.min_memory_gb is None or g.mig is not None,
         ),
+        Rule(
+            cel="!has(self.products) || self.products.all(p, self.products.exists_one(q, q == p))",
+            message="gpu.products name each product once",
+            field_path=".products",
+            check=lambda g: g.products is None or len(set(g.products)) == len(g.products),
+        ),
     )
 
     def node_label_key(self) -> str:
@@ -304,6 +368,13 @@ class SpeculativeSpec(ApiModel):
                 s.method not in ("draft_model", "eagle", "eagle3") or s.model is not None
             ),
         ),
+        Rule(
+            cel="!has(self.model) || !self.model.contains('://')",
+            message="speculative.model is a hub repository id (org/name) or a path in the "
+            "image, not a URL: vLLM loads it as it is",
+            field_path=".model",
+            check=lambda s: s.model is None or "://" not in s.model,
+        ),
     )
 
 
@@ -330,6 +401,14 @@ class EnvVar(ApiModel):
             "engine container: use another name",
             field_path=".name",
             check=lambda e: e.name not in L.OPERATOR_ENV,
+        ),
+        Rule(
+            cel="!(self.name in [" + ", ".join(cel_string(n) for n in L.LAUNCHER_ENV) + "])",
+            message="env " + " and ".join(L.LAUNCHER_ENV) + " are set by the runtime launcher "
+            "for the engine (the KV-transfer side channel: the pod's own address): use another "
+            "name",
+            field_path=".name",
+            check=lambda e: e.name not in L.LAUNCHER_ENV,
         ),
     )
 
@@ -393,6 +472,37 @@ class RuntimeSpec(ApiModel):
     data through it); 2Gi per GPU when unset."""
 
     rules = (
+        Rule(
+            cel="!has(self.image) || !self.image.contains('@sha256:') || "
+            f"self.image.matches({cel_string(DIGEST_SHA256)})",
+            message="runtime.image's sha256 digest must be 64 lowercase hex digits (the kubelet "
+            "cannot pull by any other)",
+            field_path=".image",
+            check=lambda r: (
+                r.image is None
+                or "@sha256:" not in r.image
+                or re.search(DIGEST_SHA256, r.image) is not None
+            ),
+        ),
+        Rule(
+            cel="!has(self.imagePullSecrets) || "
+            "self.imagePullSecrets.all(s, self.imagePullSecrets.exists_one(t, t.name == s.name))",
+            message="runtime.imagePullSecrets name each Secret once",
+            field_path=".imagePullSecrets",
+            check=lambda r: (
+                r.image_pull_secrets is None
+                or len({s.name for s in r.image_pull_secrets}) == len(r.image_pull_secrets)
+            ),
+        ),
+        Rule(
+            cel="!has(self.envFrom) || self.envFrom.all(s, self.envFrom.exists_one(t, t == s))",
+            message="runtime.envFrom names each source once (the same keys twice, the last "
+            "winning)",
+            field_path=".envFrom",
+            check=lambda r: (
+                r.env_from is None or all(r.env_from.count(source) == 1 for source in r.env_from)
+            ),
+        ),
         Rule(
             cel="!has(self.tensorParallel) || "
             "(self.tensorParallel <= self.gpu.count && self.gpu.count % self.tensorParallel == 0)",

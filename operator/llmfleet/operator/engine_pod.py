@@ -30,6 +30,7 @@ from typing import Any
 
 from llmfleet.crds import InferenceService
 from llmfleet.crds import labels as L
+from llmfleet.crds.pod import quantity
 from llmfleet.crds.spec import GpuSpec
 from llmfleet.operator.settings import OperatorSettings
 
@@ -78,6 +79,14 @@ def resources(service: InferenceService) -> dict[str, Any]:
     overrides = service.spec.runtime.resources
     if overrides is not None and overrides.requests is not None:
         requests |= overrides.requests.to_wire()
+    if overrides is not None and overrides.limits is not None:
+        # A limit given alone lowers the derived request to it: the API server refuses a
+        # request above its limit, and the user wrote only the limit (admission compares a
+        # limit with a request only when both are written).
+        given = overrides.requests.to_wire() if overrides.requests is not None else {}
+        for key, limit in overrides.limits.to_wire().items():
+            if key not in given and quantity(limit) < quantity(requests[key]):
+                requests[key] = limit
     limits["memory"] = requests["memory"]
     if overrides is not None and overrides.limits is not None:
         limits |= overrides.limits.to_wire()

@@ -7,9 +7,12 @@ its reason (the reasons end up in the log), or the launcher itself. `extraArgs` 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
-from llmfleet.crds.engine_args import TypedFields
+from llmfleet.crds import engine_args
+from llmfleet.crds.engine_args import BATCHED_TOKENS, INTEGER, NUM_SEQS, TypedFields
+from llmfleet.crds.labels import LAUNCHER_ENV
 from llmfleet.runtime import sizing
 from llmfleet.runtime.config import Role, RuntimeConfig
 from llmfleet.runtime.errors import ExitCode, LauncherError
@@ -279,6 +282,7 @@ def typed_fields(config: RuntimeConfig, gpu: Gpu) -> TypedFields:
         speculative=rt.speculative is not None,
         kv_transfer=config.role is not Role.UNIFIED,
         gpu_count=gpu.count,
+        streamed_source=(model.source or "").startswith(STREAMED_SOURCES),
     )
 
 
@@ -325,6 +329,38 @@ def model_to_load(config: RuntimeConfig) -> tuple[str, list[Option]]:
     return model.name, []
 
 
+def _defaults_follow_extra_args(ours: list[Option], words: list[str]) -> list[Option]:
+    """vLLM's step budget holds every running sequence (`--max-num-batched-tokens` >=
+    `--max-num-seqs`, or it refuses to start). When extraArgs give one of the two and the other
+    is the launcher's default, the default follows the given number, so that a user who sets
+    one bound is not refused over the other's default (a typed field does not move: admission
+    refuses that pair, `engine_args.engine_limits`)."""
+    try:
+        args = engine_args.split(words)
+    except engine_args.ArgsError:
+        return ours  # `merge` refuses these words
+    given: dict[str, int] = {}
+    for arg in args:
+        value = engine_args.first_value(arg)
+        if arg.flag in (BATCHED_TOKENS, NUM_SEQS) and re.match(INTEGER, value):
+            given.setdefault(arg.flag, int(value))
+    tokens, seqs = given.get(BATCHED_TOKENS), given.get(NUM_SEQS)
+
+    def follow(option: Option) -> Option:
+        value = option.values[0] if option.values else ""
+        if option.origin is not Origin.DEFAULT or re.match(INTEGER, value) is None:
+            return option
+        if option.flag == NUM_SEQS and tokens is not None and int(value) > tokens:
+            reason = f"at most extraArgs {BATCHED_TOKENS} {tokens} (vLLM's step budget)"
+            return replace(option, values=(str(tokens),), reason=reason)
+        if option.flag == BATCHED_TOKENS and seqs is not None and int(value) < seqs:
+            reason = f"at least extraArgs {NUM_SEQS} {seqs} (vLLM's step budget)"
+            return replace(option, values=(str(seqs),), reason=reason)
+        return option
+
+    return [follow(option) for option in ours]
+
+
 def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> EnginePlan:
     """The whole engine command line for this pod. Raises LauncherError on invalid input."""
     model = config.model
@@ -355,8 +391,17 @@ def plan_engine(config: RuntimeConfig, gpu: Gpu, pod_ip: str | None = None) -> E
         + kv_options
         + load_options
     )
+    ours = _defaults_follow_extra_args(ours, list(config.runtime.extra_args))
     decisions = [f"{' '.join(o.words())}: {o.reason}" for o in ours if o.origin is Origin.DEFAULT]
     merged = merge(ours, list(config.runtime.extra_args), typed_fields(config, gpu), decisions)
+    # Admission refuses these names (`labels.LAUNCHER_ENV`); this is the last line.
+    taken = [var.name for var in config.runtime.env if var.name in LAUNCHER_ENV]
+    if taken:
+        raise LauncherError(
+            ExitCode.BAD_SPEC,
+            f"runtime.env {', '.join(taken)}: set by the launcher for the engine "
+            f"({LAUNCHER_ENV[taken[0]]})",
+        )
     for var in config.runtime.env:
         env[var.name] = var.value
     argv = ["vllm", "serve", to_load]
