@@ -1,6 +1,7 @@
 """An idle operator is silent at the API server (issue 28): once its services have converged,
-passes and periodic resyncs write nothing, counted by the API server itself
-(`apiserver_request_total` by verb, resource and subresource), not by the operator."""
+passes and periodic resyncs write nothing and read no pod or child (those come from its
+watches), counted by the API server itself (`apiserver_request_total` by verb, resource and
+subresource), not by the operator."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.api_counts import api_requests, since
 from tests.cluster.kube import Kube, install_crds, wait_endpoints, wait_ready
 from tests.cluster.operator_process import OperatorProcess
 from tests.net import free_port
@@ -41,8 +43,23 @@ else in the test cluster writes these while nothing changes (the controller-mana
 Deployments' and budgets' `status` subresource, and only on a change; kwok heartbeats nodes and
 leases)."""
 
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+CHILD_READS = frozenset(
+    {
+        ("pods", ""),
+        ("deployments", ""),
+        ("services", ""),
+        ("configmaps", ""),
+        ("poddisruptionbudgets", ""),
+        ("networkpolicies", ""),
+        ("servicemonitors", ""),
+        ("endpointslices", ""),
+    }
+)
+"""What a pass reads of a service's world besides the service itself. The cluster's own
+controllers read these from their watches too, so nothing else GETs or LISTs them while
+nothing changes."""
+READS = frozenset({"GET", "LIST"})
+READ_RESOURCES = CHILD_READS | {("inferenceservices", "")}
 _PASSES = re.compile(
     r"^llmfleet_operator_reconcile_seconds_count\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
 )
@@ -51,16 +68,7 @@ _PASSES = re.compile(
 def api_writes(kube: Kube) -> Counter[tuple[str, str, str]]:
     """(verb, resource, subresource) -> requests the API server has counted so far, for the
     writes of `OPERATOR_WRITES`."""
-    counts: Counter[tuple[str, str, str]] = Counter()
-    for line in kube.kubectl("get", "--raw", "/metrics").splitlines():
-        found = _SAMPLE.match(line)
-        if found is None:
-            continue
-        labels = dict(_LABEL.findall(found["labels"]))
-        key = (labels.get("resource", ""), labels.get("subresource", ""))
-        if labels.get("verb") in WRITES and key in OPERATOR_WRITES:
-            counts[(labels["verb"], *key)] += int(float(found["value"]))
-    return counts
+    return api_requests(kube, WRITES, OPERATOR_WRITES)
 
 
 def operator_events(kube: Kube) -> int:
@@ -138,6 +146,7 @@ def test_an_idle_operator_writes_nothing_over_its_resyncs(kube: Kube, operator: 
     assert applied >= 3, f"{applied} Deployment applies counted for 3 Deployments"
     events = operator_events(kube)
     assert events > 0, "the operator's Events are not where this test counts them"
+    reads_before = api_requests(kube, READS, READ_RESOURCES)
     before, passes_before, started = api_writes(kube), passes(operator), time.monotonic()
     # The window spans two resync periods and at least one pass per service in each.
     kube.wait_for(
@@ -149,7 +158,13 @@ def test_an_idle_operator_writes_nothing_over_its_resyncs(kube: Kube, operator: 
         "two resync periods with passes of every service",
     )
     after = api_writes(kube)
-    written = {key: after[key] - before[key] for key in after if after[key] != before[key]}
+    written = since(before, after)
     print(f"passes in the window: {passes(operator) - passes_before}; writes: {written}")
+    reads = since(reads_before, api_requests(kube, READS, READ_RESOURCES))
+    print(f"reads in the window: {reads}")
     assert written == {}, f"the idle operator wrote (verb, resource, subresource): {written}"
     assert operator_events(kube) == events, "the idle operator posted Events"
+    # The count sees the passes' reads: each still GETs its service.
+    assert reads.get(("GET", "inferenceservices", ""), 0) >= 2 * len(SERVICES), reads
+    children = {key: count for key, count in reads.items() if key[1:] in CHILD_READS}
+    assert children == {}, f"idle passes read pods or children at the API server: {children}"

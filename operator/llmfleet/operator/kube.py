@@ -1,5 +1,9 @@
 """The operator's only door to the Kubernetes API: read the world, write with server-side apply.
 
+Pods and children are read from memory kept by watches (`watched.py`); the service itself, the
+ServiceMonitor CRD (once a minute), and, only while they explain something, nodes and
+EndpointSlices are read from the API server.
+
 Every write goes through one field manager. Conflicts with other managers are forced (we own
 what we write: drift is reverted), transient API errors are retried a few times.
 """
@@ -28,6 +32,7 @@ from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
 from llmfleet.operator.pools import PodChange
+from llmfleet.operator.watched import POD, Watched
 
 T = TypeVar("T")
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
@@ -139,31 +144,30 @@ def _parse_time(value: str | None) -> datetime | None:
         return None
 
 
-def observed_pod(pod: client.V1Pod) -> ObservedPod:
-    meta: Any = pod.metadata
-    labels = meta.labels or {}
-    annotations = meta.annotations or {}
-    conditions = {c.type: c for c in (pod.status.conditions or [])} if pod.status else {}
-    ready = conditions.get("Ready")
-    scheduled = conditions.get("PodScheduled")
+def observed_pod(pod: Mapping[str, Any]) -> ObservedPod:
+    """A pod as the API server sends it (JSON)."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready") or {}
+    scheduled = conditions.get("PodScheduled") or {}
     unschedulable = (
-        scheduled.message or "Unschedulable"
-        if scheduled is not None
-        and scheduled.status == "False"
-        and scheduled.reason == "Unschedulable"
+        scheduled.get("message") or "Unschedulable"
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
         else None
     )
     cost = annotations.get(L.DELETION_COST)
     serving = labels.get(L.SERVING)
     return ObservedPod(
-        name=meta.name,
+        name=meta["name"],
         pool=labels.get(L.POOL, ""),
-        created=meta.creation_timestamp or datetime.now(UTC),
-        ready=ready is not None and ready.status == "True",
+        created=_parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
+        ready=ready.get("status") == "True",
         serving=serving in ("true", L.SERVING_CANARY),
         serving_value=serving if serving == L.SERVING_CANARY else "true",
         deployment=labels.get(L.DEPLOYMENT),
-        terminating=meta.deletion_timestamp is not None,
+        terminating=meta.get("deletionTimestamp") is not None,
         demoted_at=_parse_time(annotations.get(L.DEMOTED_AT)),
         deletion_cost=int(cost) if cost and cost.lstrip("-").isdigit() else None,
         unschedulable=unschedulable,
@@ -189,8 +193,13 @@ class Kube:
         self,
         api: client.ApiClient,
         field_manager: str,
+        watched: Watched,
         in_flight: Callable[[str, int], int | None] = probe_in_flight,
+        sync_timeout: float = 30.0,
     ) -> None:
+        self.watched = watched
+        """Pods and children, kept by watches: what `observe` reads."""
+        self.sync_timeout = sync_timeout
         self.in_flight = in_flight
         self.api = api
         self.field_manager = field_manager
@@ -248,14 +257,16 @@ class Kube:
     def observe(
         self, namespace: str, name: str, status: Mapping[str, Any], pools: Collection[str]
     ) -> Observed:
-        """Everything the plan needs about the service `name` whose spec has `pools`."""
-        pods = retrying(
-            lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{L.SERVICE}={name}")
-        )
+        """Everything the plan needs about the service `name` whose spec has `pools`: its pods
+        and children from memory (`watched`), once the watches have their first LIST."""
+        monitors = self.service_monitor_crd()
+        kinds = [*CHILD_KINDS, MONITOR_KIND] if monitors else list(CHILD_KINDS)
+        self.watched.wait_synced(kinds, self.sync_timeout)
+        pods = self.watched.of(POD, namespace, name)
         autoscaling = status.get("autoscaling")
-        observed = [observed_pod(pod) for pod in pods.items]
-        for index, (raw, pod) in enumerate(zip(pods.items, observed, strict=True)):
-            ip = raw.status.pod_ip if raw.status else None
+        observed = [observed_pod(pod) for pod in pods]
+        for index, (raw, pod) in enumerate(zip(pods, observed, strict=True)):
+            ip = (raw.get("status") or {}).get("podIP")
             if pod.demoted_at is not None and not pod.serving and ip:
                 # Only draining pods are asked; the plan deletes them once nothing is in flight.
                 observed[index] = dataclasses.replace(
@@ -264,8 +275,7 @@ class Kube:
         # Nodes are listed only while a pod is unschedulable: the one case their GPU products
         # explain (no node of the service's GPU type), and no cost in steady state.
         unschedulable = any(pod.unschedulable and not pod.terminating for pod in observed)
-        monitors = self.service_monitor_crd()
-        children = self.children(namespace, name, monitors)
+        children = self.children(namespace, name, kinds)
         retiring = any(child.pool and child.pool not in pools for child in children)
         return Observed(
             pods=tuple(observed),
@@ -280,16 +290,15 @@ class Kube:
             **rollout_status(status),
         )
 
-    def children(self, namespace: str, name: str, monitors: bool) -> tuple[ObservedChild, ...]:
-        """Every object of a child kind in the namespace labelled `llmfleet.dev/service: name`,
-        with its labels and controller owner, for the plan to decide what is really ours."""
-        kinds = [*CHILD_KINDS, MONITOR_KIND] if monitors else list(CHILD_KINDS)
-        query = [("labelSelector", f"{L.SERVICE}={name}")]
+    def children(
+        self, namespace: str, name: str, kinds: Collection[tuple[str, str]]
+    ) -> tuple[ObservedChild, ...]:
+        """Every object of `kinds` in the namespace labelled `llmfleet.dev/service: name`, with
+        its labels and controller owner, for the plan to decide what is really ours."""
         found: list[ObservedChild] = []
         for api_version, kind in kinds:
-            path = _object_path(api_version, kind, namespace)
-            listing = retrying(partial(self._call, "GET", path, query))
-            for item in listing.get("items") or []:
+            items = self.watched.of((api_version, kind), namespace, name)
+            for item in sorted(items, key=lambda item: str(item["metadata"]["name"])):
                 meta = item["metadata"]
                 owners = meta.get("ownerReferences") or []
                 found.append(
