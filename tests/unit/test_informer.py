@@ -125,8 +125,9 @@ def test_the_index_follows_adds_deletes_and_label_changes_and_each_change_is_tol
     told: list[tuple[str, str]] = []
     informer = Informer(
         "pods", server.list, server.watch, retry_seconds=0.01, index=service_of,
-        on_change=lambda item: told.append((item["metadata"]["name"],
-                                            item["metadata"]["resourceVersion"])),
+        on_change=lambda item, before: told.append(
+            (item["metadata"]["name"], item["metadata"]["resourceVersion"],
+             before["metadata"]["resourceVersion"] if before else None)),
     )  # fmt: skip
     informer.start()
     try:
@@ -140,5 +141,6 @@ def test_the_index_follows_adds_deletes_and_label_changes_and_each_change_is_tol
     assert (names("a"), names("b")) == ([], ["p1"])
     assert sorted(item["metadata"]["name"] for item in informer.items()) == ["p1", "p4"]
     # Each event once (bookmarks are no change), then what the LIST after the 410 changed.
-    assert told[:3] == [("p3", "3"), ("p1", "4"), ("p2", "5")]
-    assert sorted(told[3:]) == [("p3", "3"), ("p4", "7")]
+    # Each with the version the cache held before (a deleted object as last seen).
+    assert told[:3] == [("p3", "3", None), ("p1", "4", "1"), ("p2", "5", "2")]
+    assert sorted(told[3:]) == [("p3", "3", "3"), ("p4", "7", None)]

@@ -8,8 +8,9 @@ with a LIST, which replaces the cache. Any other failure is logged once per fail
 and retried after `retry_seconds`, the last objects still served.
 
 An informer may keep an index (`index`: an object's key in it, None for none) and call
-`on_change` with every object that an event or a LIST after the first changed, after the cache
-holds it: a reader woken by `on_change` sees the change.
+`on_change` with every object that an event or a LIST after the first changed (a deleted one
+as last seen), and the object the cache held before (None for a new one), after the cache
+holds the change: a reader woken by `on_change` sees it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ ends the watch; raises on an ERROR event (a status 410 for Gone)."""
 Key = tuple[str, str]
 Index = Callable[[Mapping[str, Any]], Hashable | None]
 """An object's key in an informer's index; None: not indexed."""
-OnChange = Callable[[Mapping[str, Any]], None]
+OnChange = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
+"""Told (the object, the object as the cache held it before or None)."""
 
 WATCH_SECONDS = 240
 """How long the API server keeps one watch open before ending it (the informer resumes)."""
@@ -106,6 +108,11 @@ class Informer:
         with self._lock:
             return list(self._objects.values())
 
+    def get(self, key: Key) -> Mapping[str, Any] | None:
+        """The object (namespace, name) as the cache holds it now; None when it holds none."""
+        with self._lock:
+            return self._objects.get(key)
+
     def indexed(self, key: Hashable) -> list[Mapping[str, Any]]:
         """The objects whose `index` is `key` (none without an index)."""
         with self._lock:
@@ -121,8 +128,11 @@ class Informer:
             if found is not None:
                 self._index.setdefault(found, {})[key] = obj
 
-    def _indexed_event(self, event: Mapping[str, Any]) -> str | None:
-        """`apply_event` with the index kept (the lock held)."""
+    def _indexed_event(
+        self, event: Mapping[str, Any]
+    ) -> tuple[str | None, Mapping[str, Any] | None]:
+        """`apply_event` with the index kept (the lock held); the version to resume from and
+        the object the cache held before."""
         obj = event.get("object") or {}
         key = key_of(obj) if event.get("type") in ("ADDED", "MODIFIED", "DELETED") else None
         before = self._objects.get(key) if key is not None else None
@@ -133,7 +143,7 @@ class Informer:
             after = self._objects.get(key)
             if after is not None and (new := self._index_of(after)) is not None:
                 self._index.setdefault(new, {})[key] = after
-        return resumed
+        return resumed, before
 
     def _relist(self) -> str:
         listing = self._list()
@@ -149,7 +159,7 @@ class Informer:
             # first LIST tells nothing: readers wait for it, `wait_synced`).
             for key in old.keys() | fresh.keys():
                 if _version(old.get(key)) != _version(fresh.get(key)):
-                    self._on_change(fresh.get(key) or old[key])
+                    self._on_change(fresh.get(key) or old[key], old.get(key))
         return str((listing.get("metadata") or {}).get("resourceVersion") or "")
 
     def _run(self) -> None:
@@ -161,10 +171,10 @@ class Informer:
                     version = self._relist()
                 for event in self._watch(version):
                     with self._lock:
-                        resumed = self._indexed_event(event)
+                        resumed, before = self._indexed_event(event)
                     version = resumed or version
                     if self._on_change is not None and event.get("type") != "BOOKMARK":
-                        self._on_change(event.get("object") or {})
+                        self._on_change(event.get("object") or {}, before)
                     if self._stopped.is_set():
                         return
                 failures = 0

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from llmfleet.core.informer import Informer, client_informer
 from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
+from llmfleet.crds.claims import claim_order
 from llmfleet.crds.inference_service import CanaryPhase, InferenceServiceSpec
 from llmfleet.gateway.discovery import Pool, Role, Service, Split, index_by_name
 
@@ -105,7 +106,8 @@ def snapshot(
             by_service.setdefault((metadata["namespace"], owner), []).append(endpoint_slice)
 
     found: dict[str, Service] = {}
-    for obj in services:
+    # The first claimant of a model name gets it (`claims.claim_order`), in every replica.
+    for obj in sorted(services, key=claim_order):
         metadata = obj["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
         if metadata.get("deletionTimestamp"):
@@ -124,7 +126,7 @@ def snapshot(
         if model in found:
             first = found[model]
             said.append(f"model {model!r} is served by {first.namespace}/{first.name} and "
-                        f"{namespace}/{name}; routing to the first")  # fmt: skip
+                        f"{namespace}/{name}; routing to the first created")  # fmt: skip
             continue
         status = obj.get("status") or {}
         stable = Service(

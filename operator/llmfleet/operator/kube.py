@@ -255,10 +255,16 @@ class Kube:
         return body
 
     def observe(
-        self, namespace: str, name: str, status: Mapping[str, Any], pools: Collection[str]
+        self,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        pools: Collection[str],
+        model: str,
     ) -> Observed:
-        """Everything the plan needs about the service `name` whose spec has `pools`: its pods
-        and children from memory (`watched`), once the watches have their first LIST."""
+        """Everything the plan needs about the service `name` whose spec has `pools` and
+        serves `model`: its pods, children and the services claiming its model name from
+        memory (`watched`), once the watches have their first LIST."""
         monitors = self.service_monitor_crd()
         kinds = [*CHILD_KINDS, MONITOR_KIND] if monitors else list(CHILD_KINDS)
         self.watched.wait_synced(kinds, self.sync_timeout)
@@ -281,6 +287,7 @@ class Kube:
             pods=tuple(observed),
             children=children,
             ready_endpoints=self.ready_endpoints(namespace, name) if retiring else None,
+            model_claims=self.watched.claims(model),
             gpu_node_products=self.gpu_node_products() if unschedulable else None,
             service_monitor_crd=monitors,
             conditions=tuple(

@@ -2,10 +2,12 @@
 (`llmfleet.core.informer`: a LIST, then a WATCH resumed from its resourceVersion), with the
 server-side label selector `llmfleet.dev/service`, indexed by (namespace, that label). A pass
 reads its service's objects from here, with no request, and a change to one of them wakes the
-service's loop (`on_change`), after the cache holds it.
+service's loop (`wake`), after the cache holds it.
 
 The kinds are the children's (`kube.CHILD_KINDS`) and pods; ServiceMonitors are watched from
-the first pass that finds their CRD installed. The operator's namespaces are watched one by one
+the first pass that finds their CRD installed. InferenceServices are watched too, indexed by
+the model name they serve, so a pass knows who else claims its name (`claims`) and a claimant
+that comes, goes or renames wakes the others. The operator's namespaces are watched one by one
 (a Role is enough), all of them when it has none or when one is a pattern.
 """
 
@@ -15,19 +17,23 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from kubernetes import client
 
-from llmfleet.core.informer import Informer, client_informer
+from llmfleet.core.informer import Index, Informer, OnChange, client_informer, key_of
+from llmfleet.crds import API_VERSION, KIND, PLURAL
 from llmfleet.crds import labels as L
+from llmfleet.crds.claims import claim_order, served_name
 
 log = logging.getLogger("llmfleet.operator")
 
 Kind = tuple[str, str]
 """(apiVersion, kind) of a watched kind."""
 POD: Kind = ("v1", "Pod")
+SERVICE: Kind = (API_VERSION, KIND)
+"""InferenceServices, watched for the model names they claim."""
 _CORE = {"Pod": "pod", "ConfigMap": "config_map", "Service": "service"}
 """The core kinds' names in `CoreV1Api`'s list methods (other groups go through
 `CustomObjectsApi`, which takes any group's plural)."""
@@ -42,8 +48,15 @@ def service_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     return (meta.get("namespace") or "", service) if service else None
 
 
+def _claim(obj: Mapping[str, Any] | None) -> tuple[str | None, bool]:
+    """(the model name an InferenceService claims, whether it is being deleted)."""
+    if obj is None:
+        return (None, False)
+    return (served_name(obj), "deletionTimestamp" in (obj.get("metadata") or {}))
+
+
 class Watched:
-    """Pods and children of every service, kept by watches; `start` before reading."""
+    """Pods, children and InferenceServices, kept by watches; `start` before reading."""
 
     def __init__(
         self,
@@ -54,7 +67,7 @@ class Watched:
     ) -> None:
         self.api = api
         self._namespaces = [] if any(set("*?[") & set(ns) for ns in namespaces) else namespaces
-        self._plurals = plurals
+        self._plurals = {**plurals, KIND: PLURAL}
         self._wake = wake
         self._informers: dict[Kind, list[Informer]] = {}
         self._lock = threading.Lock()
@@ -64,8 +77,9 @@ class Watched:
         self._wake = wake
 
     def start(self, kinds: list[Kind]) -> None:
-        """Watch `kinds` (and pods); a kind already watched is left as it is."""
-        for kind in [POD, *kinds]:
+        """Watch `kinds` (and pods and InferenceServices); a kind already watched is left as
+        it is."""
+        for kind in [POD, SERVICE, *kinds]:
             self._ensure(kind)
 
     def stop(self) -> None:
@@ -78,9 +92,11 @@ class Watched:
         with self._lock:
             found = self._informers.get(kind)
             if found is None:
+                index: Index = served_name if kind == SERVICE else service_of
+                changed: OnChange = self._claim_changed if kind == SERVICE else self._changed
                 found = [
-                    client_informer(self._plurals[kind[1]], self.api, call, on_change=self._changed,
-                                    index=service_of)
+                    client_informer(self._plurals[kind[1]], self.api, call, index=index,
+                                    on_change=changed)
                     for call in self._calls(kind)
                 ]  # fmt: skip
                 for informer in found:
@@ -90,17 +106,18 @@ class Watched:
 
     def _calls(self, kind: Kind) -> list[Callable[..., Any]]:
         """The list calls of `kind` (one per namespace, or one for the cluster), with the
-        service label as their server-side selector."""
+        service label as their server-side selector (InferenceServices: all of them)."""
         api_version, name = kind
+        selector: str | None = None if kind == SERVICE else L.SERVICE
         if api_version == "v1":
             core = client.CoreV1Api(self.api)
             method = _CORE[name]
             if not self._namespaces:
                 return [functools.partial(getattr(core, f"list_{method}_for_all_namespaces"),
-                                          label_selector=L.SERVICE)]  # fmt: skip
+                                          label_selector=selector)]  # fmt: skip
             return [
                 functools.partial(
-                    getattr(core, f"list_namespaced_{method}"), ns, label_selector=L.SERVICE
+                    getattr(core, f"list_namespaced_{method}"), ns, label_selector=selector
                 )
                 for ns in self._namespaces
             ]
@@ -108,29 +125,57 @@ class Watched:
         custom = client.CustomObjectsApi(self.api)
         plural = self._plurals[name]
         if not self._namespaces:
-            return [functools.partial(custom.list_cluster_custom_object, group, version, plural,
-                                      label_selector=L.SERVICE)]  # fmt: skip
+            cluster = custom.list_cluster_custom_object
+            return [functools.partial(cluster, group, version, plural, label_selector=selector)]
+        namespaced = custom.list_namespaced_custom_object
         return [
-            functools.partial(custom.list_namespaced_custom_object, group, version, ns, plural,
-                              label_selector=L.SERVICE)
+            functools.partial(namespaced, group, version, ns, plural, label_selector=selector)
             for ns in self._namespaces
-        ]  # fmt: skip
+        ]
 
-    def _changed(self, obj: Mapping[str, Any]) -> None:
-        key = service_of(obj)
-        if key is not None and self._wake is not None:
-            self._wake(*key)
+    def _changed(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> None:
+        """A pod or child changed: wake its service (and the one it was labelled for)."""
+        for key in {service_of(obj), service_of(before or {})} - {None}:
+            if key is not None and self._wake is not None:
+                self._wake(*key)
+
+    def _claim_changed(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> None:
+        """An InferenceService came, went, started being deleted or changed its model name:
+        wake every claimant of the name it claims and of the one it claimed before (a conflict
+        may have begun or ended). Other changes (a status write) wake nobody here: with one
+        name claimed by hundreds of services, each one's writes would wake all of them."""
+        now = None
+        for informer in self._ensure(SERVICE):
+            now = now or informer.get(key_of(obj))
+        if _claim(before) == _claim(now):
+            return
+        for model in {_claim(before)[0], _claim(now)[0]} - {None}:
+            for claimant in self._claimants(str(model)):
+                if self._wake is not None:
+                    self._wake(*claimant)
 
     def wait_synced(self, kinds: list[Kind], timeout: float) -> None:
-        """Wait until every informer of `kinds` (and pods) has its first LIST; TimeoutError
-        after `timeout` seconds (the pass then fails and is retried)."""
+        """Wait until every informer of `kinds` (and pods and InferenceServices) has its first
+        LIST; TimeoutError after `timeout` seconds (the pass then fails and is retried)."""
         deadline = time.monotonic() + timeout
-        for kind in [POD, *kinds]:
+        for kind in [POD, SERVICE, *kinds]:
             for informer in self._ensure(kind):
                 if not informer.wait_synced(max(deadline - time.monotonic(), 0.0)):
                     raise TimeoutError(f"no first LIST of {informer.what} in {timeout:.0f}s")
 
     def of(self, kind: Kind, namespace: str, name: str) -> list[Mapping[str, Any]]:
         """The objects of `kind` labelled `llmfleet.dev/service: name` in `namespace`."""
-        return [obj for informer in self._ensure(kind)
-                for obj in informer.indexed((namespace, name))]  # fmt: skip
+        return self._indexed(kind, (namespace, name))
+
+    def claims(self, model: str) -> tuple[tuple[str, str], ...]:
+        """(namespace, name) of the InferenceServices (not being deleted) that serve `model`,
+        in claim order (`crds.claims`: the first gets the name)."""
+        return self._claimants(model)
+
+    def _claimants(self, model: str) -> tuple[tuple[str, str], ...]:
+        found = [obj for obj in self._indexed(SERVICE, model)
+                 if "deletionTimestamp" not in (obj.get("metadata") or {})]  # fmt: skip
+        return tuple(key_of(obj) for obj in sorted(found, key=claim_order))
+
+    def _indexed(self, kind: Kind, key: Hashable) -> list[Mapping[str, Any]]:
+        return [obj for informer in self._ensure(kind) for obj in informer.indexed(key)]
