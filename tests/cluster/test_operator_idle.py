@@ -55,9 +55,9 @@ CHILD_READS = frozenset(
 )
 """What a pass read of a service's world besides the service itself, each by a LIST (it never
 GETs one of them). The cluster's own controllers list these only when their watches start, so
-nothing else LISTs them while nothing changes. (GETs of single objects are no sign: the
-garbage collector GETs an EndpointSlice or a Service while it clears a namespace that an
-earlier test deleted, and the API server's count does not say who asked.)"""
+nothing else LISTs them while nothing changes. (GETs of single objects are no sign: the API
+server itself GETs the `kubernetes` Service's Endpoints and EndpointSlice every 10 s, and its
+count does not say who asked.)"""
 READS = frozenset({"GET", "LIST"})
 READ_RESOURCES = CHILD_READS | {("inferenceservices", "")}
 
