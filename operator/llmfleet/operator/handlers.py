@@ -1,10 +1,10 @@
 """kopf registrations (thin): one reconcile loop per InferenceService, woken by changes.
 
 Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
-sleeps until a change wakes it (to the service, seen by kopf's watch; to one of its children or
-pods, seen by the watches that also feed the passes' reads, `watched.py`), or the requeue
-delay / resync period passes. A pass that fails as a whole waits out an exponential back-off,
-cut short only by an edit of the service's spec.
+sleeps until a change wakes it (to the service, seen by kopf's watch and by the watches that
+feed the passes' reads, `watched.py`; to one of its children or pods, seen by the latter), or
+the requeue delay / resync period passes. A pass that fails as a whole waits out an
+exponential back-off, cut short only by an edit of the service's spec.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The operator's only door to the Kubernetes API: read the world, write with server-side apply.
 
-Pods and children are read from memory kept by watches (`watched.py`); the service itself, the
+Pods, children and the service itself are read from memory kept by watches (`watched.py`); the
 ServiceMonitor CRD (once a minute), and, only while they explain something, nodes and
 EndpointSlices are read from the API server.
 
@@ -32,7 +32,7 @@ from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
 from llmfleet.operator.pools import PodChange
-from llmfleet.operator.watched import POD, Watched
+from llmfleet.operator.watched import POD, SERVICE, Watched
 
 T = TypeVar("T")
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
@@ -238,7 +238,13 @@ class Kube:
         return tuple(sorted(meta.labels[GPU_PRODUCT_LABEL] for meta in metadata))
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The InferenceService as stored now, or None when it does not exist."""
+        """The InferenceService as the watch brought it (or as this operator's last status
+        write returned it, `watched.newest`), else as stored now (a GET: a service the watch
+        has not brought yet, or one just deleted), None when it does not exist."""
+        self.watched.wait_synced([], self.sync_timeout)
+        cached = self.watched.service(namespace, name)
+        if cached is not None:
+            return dict(cached)
         try:
             body = cast(
                 dict[str, Any],
@@ -370,11 +376,14 @@ class Kube:
         path = _object_path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"))
         query = [("fieldManager", self.field_manager), ("force", "true")]
         body = apply_body(manifest)
-        retrying(
+        applied = retrying(
             lambda: self._call("PATCH", f"{path}/{metadata['name']}", query, body,
                                "application/apply-patch+yaml"),
             retryable=RETRYABLE_WRITE,
         )  # fmt: skip
+        # The next pass reads the object as applied until the watch brings it: it does not
+        # apply a child again because the watch has not shown it yet.
+        self.watched.wrote((manifest["apiVersion"], manifest["kind"]), applied)
 
     def delete_child(self, child: ObservedChild) -> None:
         """Delete a child that is no longer wanted, its dependents (a Deployment's pods) after
@@ -413,7 +422,7 @@ class Kube:
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource; keys we do not send (autoscaling) are kept."""
         try:
-            retrying(
+            written = retrying(
                 lambda: self.custom.patch_namespaced_custom_object_status(
                     GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
                 )
@@ -421,6 +430,9 @@ class Kube:
         except ApiException as error:
             if error.status != 404:  # 404: the service was deleted meanwhile; nothing to report
                 raise
+            return
+        if isinstance(written, Mapping):  # the next pass reads this until the watch has it
+            self.watched.wrote(SERVICE, written)
 
     def event(
         self, owner: Mapping[str, Any], reason: str, message: str, warning: bool = False

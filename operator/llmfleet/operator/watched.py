@@ -5,10 +5,12 @@ reads its service's objects from here, with no request, and a change to one of t
 service's loop (`wake`), after the cache holds it.
 
 The kinds are the children's (`kube.CHILD_KINDS`) and pods; ServiceMonitors are watched from
-the first pass that finds their CRD installed. InferenceServices are watched too, indexed by
-the model name they serve, so a pass knows who else claims its name (`claims`) and a claimant
-that comes, goes or renames wakes the others. The operator's namespaces are watched one by one
-(a Role is enough), all of them when it has none or when one is a pattern.
+the first pass that finds their CRD installed. InferenceServices are watched too: a pass reads
+its service from here (`service`: or the object its own last status write returned, while the
+watch has not brought that write yet), and, indexed by the model name they serve, knows who
+else claims its name (`claims`); a claimant that comes, goes or renames wakes the others. The
+operator's namespaces are watched one by one (a Role is enough), all of them when it has none
+or when one is a pattern.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ SERVICE: Kind = (API_VERSION, KIND)
 _CORE = {"Pod": "pod", "ConfigMap": "config_map", "Service": "service"}
 """The core kinds' names in `CoreV1Api`'s list methods (other groups go through
 `CustomObjectsApi`, which takes any group's plural)."""
+InformerFactory = Callable[..., Informer]
+"""Makes an informer: `(what, call=..., index=..., on_change=...)`, `call` a bound list method
+of the Kubernetes client (`client_informer`; tests give informers over a fake server)."""
 Wake = Callable[[str, str], None]
 """Wakes the loop of the service (namespace, name) an object belongs to."""
 
@@ -46,6 +51,29 @@ def service_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     meta = obj.get("metadata") or {}
     service = (meta.get("labels") or {}).get(L.SERVICE)
     return (meta.get("namespace") or "", service) if service else None
+
+
+def _version(obj: Mapping[str, Any]) -> int | None:
+    text = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else None
+
+
+def newest(
+    cached: Mapping[str, Any] | None, written: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """What a pass reads of its service: `cached` (from the watch), unless `written` (what the
+    operator's own last status write returned) is newer, so that the pass after a write never
+    plans from the state before it. None when there is nothing cached, or when the versions
+    are not numbers to compare (the caller then GETs the service).
+
+    NOTE: resourceVersions are opaque in the API's contract; the API server's are etcd's
+    revision numbers, which only grow. Anything else is not compared."""
+    if cached is None or written is None:
+        return cached
+    mine, seen = _version(written), _version(cached)
+    if mine is None or seen is None:
+        return None
+    return written if mine > seen else cached
 
 
 def _claim(obj: Mapping[str, Any] | None) -> tuple[str | None, bool]:
@@ -64,13 +92,18 @@ class Watched:
         namespaces: list[str],
         plurals: Mapping[str, str],
         wake: Wake | None = None,
+        informer: InformerFactory | None = None,
     ) -> None:
         self.api = api
+        self._informer = informer or functools.partial(client_informer, api=api)
         self._namespaces = [] if any(set("*?[") & set(ns) for ns in namespaces) else namespaces
         self._plurals = {**plurals, KIND: PLURAL}
         self._wake = wake
         self._informers: dict[Kind, list[Informer]] = {}
         self._lock = threading.Lock()
+        self._written: dict[Kind, dict[tuple[str, str], Mapping[str, Any]]] = {}
+        """Objects as this operator's writes returned them (applies, status writes), until the
+        watch brings the same version or a newer one, or the object's deletion."""
 
     def set_wake(self, wake: Wake) -> None:
         """Who is woken by a change (the handlers' event loop, known once kopf has started)."""
@@ -93,10 +126,13 @@ class Watched:
             found = self._informers.get(kind)
             if found is None:
                 index: Index = served_name if kind == SERVICE else service_of
-                changed: OnChange = self._claim_changed if kind == SERVICE else self._changed
+                changed: OnChange = (
+                    self._service_changed if kind == SERVICE
+                    else functools.partial(self._changed, kind)
+                )  # fmt: skip
                 found = [
-                    client_informer(self._plurals[kind[1]], self.api, call, index=index,
-                                    on_change=changed)
+                    self._informer(self._plurals[kind[1]], call=call, index=index,
+                                   on_change=changed)
                     for call in self._calls(kind)
                 ]  # fmt: skip
                 for informer in found:
@@ -133,20 +169,27 @@ class Watched:
             for ns in self._namespaces
         ]
 
-    def _changed(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> None:
+    def _changed(
+        self, kind: Kind, obj: Mapping[str, Any], before: Mapping[str, Any] | None
+    ) -> None:
         """A pod or child changed: wake its service (and the one it was labelled for)."""
+        self._forget_if_gone(kind, key_of(obj))
         for key in {service_of(obj), service_of(before or {})} - {None}:
             if key is not None and self._wake is not None:
                 self._wake(*key)
 
-    def _claim_changed(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> None:
-        """An InferenceService came, went, started being deleted or changed its model name:
-        wake every claimant of the name it claims and of the one it claimed before (a conflict
-        may have begun or ended). Other changes (a status write) wake nobody here: with one
-        name claimed by hundreds of services, each one's writes would wake all of them."""
-        now = None
-        for informer in self._ensure(SERVICE):
-            now = now or informer.get(key_of(obj))
+    def _service_changed(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> None:
+        """An InferenceService changed: wake its loop (its pass reads it from here, so kopf's
+        own wake-up may come before this cache has the change). If it came, went, started being
+        deleted or changed its model name, wake every claimant of the name it claims and of the
+        one it claimed before too (a conflict may have begun or ended); other changes (a status
+        write) wake no other service: with one name claimed by hundreds of services, each one's
+        writes would wake all of them."""
+        key = key_of(obj)
+        now = self._cached(key)
+        self._forget_if_gone(SERVICE, key)
+        if self._wake is not None:
+            self._wake(*key)
         if _claim(before) == _claim(now):
             return
         for model in {_claim(before)[0], _claim(now)[0]} - {None}:
@@ -164,8 +207,54 @@ class Watched:
                     raise TimeoutError(f"no first LIST of {informer.what} in {timeout:.0f}s")
 
     def of(self, kind: Kind, namespace: str, name: str) -> list[Mapping[str, Any]]:
-        """The objects of `kind` labelled `llmfleet.dev/service: name` in `namespace`."""
-        return self._indexed(kind, (namespace, name))
+        """The objects of `kind` labelled `llmfleet.dev/service: name` in `namespace`: as the
+        watch brought them, or as this operator's last write of one returned it when that is
+        newer or the watch has not brought it yet (`newest`), so that the pass after an apply
+        does not apply it again."""
+        found = {key_of(obj): obj for obj in self._indexed(kind, (namespace, name))}
+        with self._lock:
+            mine = self._written.get(kind, {})
+            for key, written in list(mine.items()):
+                if service_of(written) != (namespace, name):
+                    continue
+                cached = found.get(key)
+                chosen = written if cached is None else newest(cached, written)
+                if chosen is written:
+                    found[key] = written
+                else:
+                    del mine[key]  # the watch has caught up (or no version to compare)
+        return list(found.values())
+
+    def _cached(self, key: tuple[str, str], kind: Kind = SERVICE) -> Mapping[str, Any] | None:
+        for informer in self._ensure(kind):
+            found = informer.get(key)
+            if found is not None:
+                return found
+        return None
+
+    def _forget_if_gone(self, kind: Kind, key: tuple[str, str]) -> None:
+        """Drop this operator's own copy of an object the watch says is gone."""
+        if self._cached(key, kind) is None:
+            with self._lock:
+                self._written.get(kind, {}).pop(key, None)
+
+    def service(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The InferenceService as the watch brought it, or as this operator's last status
+        write returned it when that is newer (`newest`); None when the cache holds none or
+        cannot tell which is newer (the caller then GETs it)."""
+        key = (namespace, name)
+        cached = self._cached(key)
+        with self._lock:
+            mine = self._written.get(SERVICE, {})
+            chosen = newest(cached, mine.get(key))
+            if chosen is cached:
+                mine.pop(key, None)  # the watch has caught up
+        return chosen
+
+    def wrote(self, kind: Kind, obj: Mapping[str, Any]) -> None:
+        """An object of `kind` as a write of this operator returned it."""
+        with self._lock:
+            self._written.setdefault(kind, {})[key_of(obj)] = obj
 
     def claims(self, model: str) -> tuple[tuple[str, str], ...]:
         """(namespace, name) of the InferenceServices (not being deleted) that serve `model`,
