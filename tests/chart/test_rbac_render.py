@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from llmfleet.operator import handlers
 from llmfleet.operator import kube as operator_kube
+from llmfleet.operator.watched import POD
 from tests.chart import helm
 
 CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "nodes", "clusterkopfpeerings"}
@@ -159,7 +159,7 @@ def test_standalone_operator_runs_without_peering() -> None:
 
 def test_the_operator_may_write_and_watch_every_kind_its_code_does() -> None:
     """Against the operator's own tables: what it writes (kube.PLURALS, server-side apply:
-    create + patch; children also pruned and listed) and what kopf watches (handlers)."""
+    create + patch; children also pruned and listed) and what it watches (watched.py)."""
     docs = helm.template()
     (role,) = roles(docs, "operator", "ClusterRole")
     granted: dict[tuple[str, str], set[str]] = {}
@@ -173,5 +173,6 @@ def test_the_operator_may_write_and_watch_every_kind_its_code_does() -> None:
         group = versions.get(kind, "v1").rpartition("/")[0]
         wanted = {"patch"} | ({"create", "delete", "list"} if kind in versions else set())
         assert wanted <= granted.get((group, plural), set()), kind
-    for group, _, plural in handlers.CHILD_KINDS:
-        assert {"list", "watch"} <= granted.get((group, plural), set()), plural
+    for api_version, kind in [POD, *operator_kube.CHILD_KINDS, operator_kube.MONITOR_KIND]:
+        plural = operator_kube.PLURALS[kind]
+        assert {"list", "watch"} <= granted.get((api_version.rpartition("/")[0], plural), set())

@@ -4,9 +4,11 @@ cluster."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 from llmfleet.core import loopback
@@ -75,3 +77,20 @@ class OperatorProcess(CliProcess):
             **(env or {}),
         }
         super().__init__(log, "operator", *args, env=environment, trace=trace)
+
+
+_PASSES = re.compile(
+    r"^llmfleet_operator_reconcile_seconds_count\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
+)
+
+
+def passes(port: int) -> int:
+    """Reconcile passes an operator (its metrics on `port`) has finished, all services and
+    outcomes together."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        int(float(found["value"]))
+        for line in text.splitlines()
+        if (found := _PASSES.match(line)) is not None
+    )

@@ -1,22 +1,22 @@
 """An idle operator is silent at the API server (issue 28): once its services have converged,
-passes and periodic resyncs write nothing, counted by the API server itself
-(`apiserver_request_total` by verb, resource and subresource), not by the operator."""
+passes and periodic resyncs write nothing, list no pod or child and read no service (those
+come from its watches), counted by the API server itself (`apiserver_request_total` by verb,
+resource and subresource), not by the operator."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.cluster.api_counts import api_requests, since
 from tests.cluster.kube import Kube, install_crds, wait_endpoints, wait_ready
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operator_process import OperatorProcess, passes
 from tests.net import free_port
 
 pytestmark = pytest.mark.cluster
@@ -41,26 +41,31 @@ else in the test cluster writes these while nothing changes (the controller-mana
 Deployments' and budgets' `status` subresource, and only on a change; kwok heartbeats nodes and
 leases)."""
 
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-_PASSES = re.compile(
-    r"^llmfleet_operator_reconcile_seconds_count\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
+CHILD_READS = frozenset(
+    {
+        ("pods", ""),
+        ("deployments", ""),
+        ("services", ""),
+        ("configmaps", ""),
+        ("poddisruptionbudgets", ""),
+        ("networkpolicies", ""),
+        ("servicemonitors", ""),
+        ("endpointslices", ""),
+    }
 )
+"""What a pass read of a service's world besides the service itself, each by a LIST (it never
+GETs one of them). The cluster's own controllers list these only when their watches start, so
+nothing else LISTs them while nothing changes. (GETs of single objects are no sign: the API
+server itself GETs the `kubernetes` Service's Endpoints and EndpointSlice every 10 s, and its
+count does not say who asked.)"""
+READS = frozenset({"GET", "LIST"})
+READ_RESOURCES = CHILD_READS | {("inferenceservices", "")}
 
 
 def api_writes(kube: Kube) -> Counter[tuple[str, str, str]]:
     """(verb, resource, subresource) -> requests the API server has counted so far, for the
     writes of `OPERATOR_WRITES`."""
-    counts: Counter[tuple[str, str, str]] = Counter()
-    for line in kube.kubectl("get", "--raw", "/metrics").splitlines():
-        found = _SAMPLE.match(line)
-        if found is None:
-            continue
-        labels = dict(_LABEL.findall(found["labels"]))
-        key = (labels.get("resource", ""), labels.get("subresource", ""))
-        if labels.get("verb") in WRITES and key in OPERATOR_WRITES:
-            counts[(labels["verb"], *key)] += int(float(found["value"]))
-    return counts
+    return api_requests(kube, WRITES, OPERATOR_WRITES)
 
 
 def operator_events(kube: Kube) -> int:
@@ -71,17 +76,6 @@ def operator_events(kube: Kube) -> int:
         item.get("count") or 1
         for item in items
         if (item.get("source") or {}).get("component") == "llmfleet-operator"
-    )
-
-
-def passes(port: int) -> int:
-    """Reconcile passes the operator has finished (all services, all outcomes)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    return sum(
-        int(float(found["value"]))
-        for line in text.splitlines()
-        if (found := _PASSES.match(line)) is not None
     )
 
 
@@ -138,6 +132,7 @@ def test_an_idle_operator_writes_nothing_over_its_resyncs(kube: Kube, operator: 
     assert applied >= 3, f"{applied} Deployment applies counted for 3 Deployments"
     events = operator_events(kube)
     assert events > 0, "the operator's Events are not where this test counts them"
+    reads_before = api_requests(kube, READS, READ_RESOURCES)
     before, passes_before, started = api_writes(kube), passes(operator), time.monotonic()
     # The window spans two resync periods and at least one pass per service in each.
     kube.wait_for(
@@ -149,7 +144,13 @@ def test_an_idle_operator_writes_nothing_over_its_resyncs(kube: Kube, operator: 
         "two resync periods with passes of every service",
     )
     after = api_writes(kube)
-    written = {key: after[key] - before[key] for key in after if after[key] != before[key]}
+    written = since(before, after)
     print(f"passes in the window: {passes(operator) - passes_before}; writes: {written}")
+    reads = since(reads_before, api_requests(kube, READS, READ_RESOURCES))
+    print(f"reads in the window: {reads}")
     assert written == {}, f"the idle operator wrote (verb, resource, subresource): {written}"
     assert operator_events(kube) == events, "the idle operator posted Events"
+    services = {key: n for key, n in reads.items() if key[1] == "inferenceservices"}
+    assert services == {}, f"idle passes read their services at the API server: {services}"
+    listed = {key: n for key, n in reads.items() if key[0] == "LIST" and key[1:] in CHILD_READS}
+    assert listed == {}, f"idle passes listed pods or children at the API server: {listed}"

@@ -160,7 +160,7 @@ def test_changes_name_each_pool_whose_endpoints_changed_and_nothing_else() -> No
     ("services", "said"),
     [
         pytest.param([service("a", UNIFIED), service("b", UNIFIED)],
-                     ["model 'llama' is served by ns/a and ns/b; routing to the first"],
+                     ["model 'llama' is served by ns/a and ns/b; routing to the first created"],
                      id="conflict-named-with-both-services"),
         pytest.param([service("bad", {"model": {"name": "x"}, "topology": {"mode": "Hybrid"}})],
                      ["skipping ns/bad: invalid spec"], id="invalid-spec"),
@@ -173,6 +173,21 @@ def test_what_is_left_out_is_said_in_problems(
     problems: list[str] = []
     snapshot(services, [], problems)
     assert [line[: len(prefix)] for line, prefix in zip(problems, said, strict=True)] == said
+
+
+@pytest.mark.parametrize(
+    "reverse", [False, True], ids=["listed-oldest-first", "listed-newest-first"]
+)
+def test_a_model_name_claimed_twice_goes_to_the_service_created_first(reverse: bool) -> None:
+    older = service("zeta", UNIFIED, creationTimestamp="2026-01-01T00:00:00Z")
+    newer = service("alpha", UNIFIED, creationTimestamp="2026-02-01T00:00:00Z")
+    listed = [newer, older] if reverse else [older, newer]
+    problems: list[str] = []
+    found = snapshot(listed, [], problems)
+    assert found["llama"].name == "zeta"
+    assert problems == [
+        "model 'llama' is served by ns/zeta and ns/alpha; routing to the first created"
+    ]
 
 
 def test_a_spec_is_parsed_once_per_generation() -> None:
@@ -205,6 +220,6 @@ def test_a_conflict_is_logged_when_it_appears_and_when_it_ends(
         asyncio.run(passes(5))
     lines = [r.getMessage() for r in caplog.records if "served by ns/a and ns/b" in r.getMessage()]
     assert lines == [
-        "model 'llama' is served by ns/a and ns/b; routing to the first",
-        "resolved: model 'llama' is served by ns/a and ns/b; routing to the first",
+        "model 'llama' is served by ns/a and ns/b; routing to the first created",
+        "resolved: model 'llama' is served by ns/a and ns/b; routing to the first created",
     ]

@@ -71,7 +71,7 @@ class StandIn:
         return self.body
 
     def observe(
-        self, namespace: str, name: str, status: Mapping[str, Any], pools: object
+        self, namespace: str, name: str, status: Mapping[str, Any], pools: object, model: str
     ) -> Observed:
         conditions = self.status.get("conditions", [])
         children = tuple(

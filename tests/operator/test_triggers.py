@@ -48,3 +48,16 @@ def test_the_back_off_runs_out_without_an_edit() -> None:
         await asyncio.wait_for(triggers.back_off("ns", "svc", delay=0.05), timeout=5)
 
     asyncio.run(run())
+
+
+def test_a_wake_sets_a_running_loop_s_event_and_keeps_nothing_for_others() -> None:
+    async def run() -> None:
+        triggers = Triggers()
+        running = triggers.get("ns", "svc")
+        triggers.wake("ns", "svc")  # a pod of a service whose loop runs
+        triggers.wake("ns", "gone")  # a child of a service without a loop
+        assert running.is_set()
+        assert not triggers.edited("ns", "svc").is_set()
+        assert ("ns", "gone") not in triggers._events
+
+    asyncio.run(run())

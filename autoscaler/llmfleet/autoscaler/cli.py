@@ -157,6 +157,7 @@ def run(
                     _log_pass(autoscaler.run_fast, "autoscaler fast pass")
             time.sleep(max(due - time.monotonic(), 0.0))
     finally:
+        kube.stop()
         if elector is not None:
             elector.release()
 

@@ -1,4 +1,8 @@
-"""The autoscaler's Kubernetes I/O: list services and their pods, write `status.autoscaling`.
+"""The autoscaler's Kubernetes I/O: list services, keep their pods, write `status.autoscaling`.
+
+Engine pods come from a watch (`llmfleet.core.informer`: a LIST with the server-side selector
+`llmfleet.dev/service`, then a WATCH resumed from its resourceVersion): a pass reads them from
+memory, with no request.
 
 It only ever writes the status subresource's `autoscaling` key (a JSON merge patch, so the
 operator's keys are untouched) and Events; never `spec`.
@@ -6,7 +10,7 @@ operator's keys are untouched) and Events; never `spec`.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -15,32 +19,48 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.autoscaler.pods import PodView
+from llmfleet.core.informer import Informer, client_informer
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import GROUP, PLURAL, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def pod_view(pod: client.V1Pod) -> PodView:
-    meta: Any = pod.metadata
-    labels = meta.labels or {}
-    conditions = {c.type: c for c in (pod.status.conditions or [])} if pod.status else {}
-    ready = conditions.get("Ready")
-    scheduled = conditions.get("PodScheduled")
+def pod_view(pod: Mapping[str, Any]) -> PodView:
+    """A pod as the API server sends it (JSON), as the policy counts it."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready") or {}
+    scheduled = conditions.get("PodScheduled") or {}
     return PodView(
         pool=labels.get(L.POOL, ""),
-        ready=ready is not None and ready.status == "True",
+        ready=ready.get("status") == "True",
         serving=labels.get(L.SERVING) == "true",
-        terminating=meta.deletion_timestamp is not None,
-        unschedulable=scheduled is not None
-        and scheduled.status == "False"
-        and scheduled.reason == "Unschedulable",
+        terminating=meta.get("deletionTimestamp") is not None,
+        unschedulable=scheduled.get("status") == "False"
+        and scheduled.get("reason") == "Unschedulable",
     )
 
 
+def service_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, the pod's `llmfleet.dev/service` label): the service it belongs to."""
+    meta = pod["metadata"]
+    service = (meta.get("labels") or {}).get(L.SERVICE)
+    return (meta.get("namespace") or "", service) if service else None
+
+
 class Kube:
-    def __init__(self, api: client.ApiClient, namespaces: list[str], field_manager: str) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespaces: list[str],
+        field_manager: str,
+        sync_timeout: float = 30.0,
+    ) -> None:
         self.api = api
+        self.sync_timeout = sync_timeout
+        self._pods: list[Informer] | None = None
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespaces = namespaces
@@ -58,21 +78,40 @@ class Kube:
             items += listed["items"]
         return items
 
+    def pod_informers(self) -> list[Informer]:
+        """The engine pods' informers (one per namespace, or one for the cluster), started on
+        first use."""
+        if self._pods is None:
+            selector = L.SERVICE
+            calls = (
+                [functools.partial(self.core.list_namespaced_pod, namespace,
+                                   label_selector=selector) for namespace in self.namespaces]
+                if self.namespaces
+                else [functools.partial(self.core.list_pod_for_all_namespaces,
+                                        label_selector=selector)]
+            )  # fmt: skip
+            self._pods = [client_informer("pods", self.api, c) for c in calls]
+            for informer in self._pods:
+                informer.start()
+        return self._pods
+
     def list_pods(self) -> dict[tuple[str, str], list[PodView]]:
-        """Engine pods of every service, keyed by (namespace, service name)."""
-        if self.namespaces:
-            pods = [
-                pod
-                for namespace in self.namespaces
-                for pod in self.core.list_namespaced_pod(namespace, label_selector=L.SERVICE).items
-            ]
-        else:
-            pods = self.core.list_pod_for_all_namespaces(label_selector=L.SERVICE).items
-        result: dict[tuple[str, str], list[PodView]] = defaultdict(list)
-        for pod in pods:
-            meta: Any = pod.metadata
-            result[(meta.namespace, meta.labels[L.SERVICE])].append(pod_view(pod))
+        """Engine pods of every service, keyed by (namespace, service name), from memory; the
+        first call waits up to `sync_timeout` for the first LIST (TimeoutError after)."""
+        result: dict[tuple[str, str], list[PodView]] = {}
+        for informer in self.pod_informers():
+            if not informer.wait_synced(self.sync_timeout):
+                raise TimeoutError(f"no first LIST of pods in {self.sync_timeout:.0f}s")
+            for pod in informer.items():
+                key = service_of(pod)
+                if key is not None:
+                    result.setdefault(key, []).append(pod_view(pod))
         return result
+
+    def stop(self) -> None:
+        """End the pods' watches (at their next event or the server's timeout)."""
+        for informer in self._pods or []:
+            informer.stop()
 
     def write_autoscaling(self, namespace: str, name: str, autoscaling: Mapping[str, Any]) -> bool:
         """Merge-patch `status.autoscaling`; False when the service is gone."""

@@ -5,11 +5,11 @@ exactly the endpoints that may receive new requests: a promoted spare appears, a
 disappears, without the gateway knowing about spares at all.
 
 `snapshot()` is pure (objects in, services out); `kubernetes_lister` keeps both kinds in memory
-by watches (`informer.py`: a LIST, then a WATCH resumed from its resourceVersion, a new LIST on
-410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory every `interval` seconds
-(no API request), parsing each spec once per generation, in a worker thread, and swaps it in
-one assignment, so `services()` stays a cheap read on every request. A conflict (two
-services claiming one model name) or an invalid spec is logged when it appears and when it
+by watches (`llmfleet.core.informer`: a LIST, then a WATCH resumed from its resourceVersion, a
+new LIST on 410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory every
+`interval` seconds (no API request), parsing each spec once per generation, in a worker thread,
+and swaps it in one assignment, so `services()` stays a cheap read on every request. A conflict
+(two services claiming one model name) or an invalid spec is logged when it appears and when it
 ends, not on every pass.
 """
 
@@ -18,19 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
 from pydantic import ValidationError
 
+from llmfleet.core.informer import Informer, client_informer
 from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
+from llmfleet.crds.claims import claim_order
 from llmfleet.crds.inference_service import CanaryPhase, InferenceServiceSpec
 from llmfleet.gateway.discovery import Pool, Role, Service, Split, index_by_name
-from llmfleet.gateway.informer import Informer
 
 log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -106,7 +106,8 @@ def snapshot(
             by_service.setdefault((metadata["namespace"], owner), []).append(endpoint_slice)
 
     found: dict[str, Service] = {}
-    for obj in services:
+    # The first claimant of a model name gets it (`claims.claim_order`), in every replica.
+    for obj in sorted(services, key=claim_order):
         metadata = obj["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
         if metadata.get("deletionTimestamp"):
@@ -125,7 +126,7 @@ def snapshot(
         if model in found:
             first = found[model]
             said.append(f"model {model!r} is served by {first.namespace}/{first.name} and "
-                        f"{namespace}/{name}; routing to the first")  # fmt: skip
+                        f"{namespace}/{name}; routing to the first created")  # fmt: skip
             continue
         status = obj.get("status") or {}
         stable = Service(
@@ -237,16 +238,12 @@ def _canary_changes(model: str, where: str, before: Split | None, after: Split |
     return lines
 
 
-WATCH_SECONDS = 240
-"""How long the API server keeps one watch open before ending it (the informer resumes)."""
-
-
 def kubernetes_lister(
     kubeconfig: str | None = None, namespace: str | None = None, sync_timeout: float = 30.0
 ) -> Lister:
     """InferenceServices and llmfleet EndpointSlices from two informers (a LIST, then a WATCH
-    resumed from its resourceVersion, `informer.py`): each call reads memory, no request. The
-    first call waits (up to `sync_timeout`) for both first LISTs."""
+    resumed from its resourceVersion, `llmfleet.core.informer`): each call reads memory, no
+    request. The first call waits (up to `sync_timeout`) for both first LISTs."""
     from kubernetes import client  # noqa: PLC0415 - only this source needs the client
 
     from llmfleet.core.kube import api_client  # noqa: PLC0415
@@ -267,7 +264,7 @@ def kubernetes_lister(
             discovery.list_endpoint_slice_for_all_namespaces, label_selector=selector
         )
     informers = [
-        Informer(what, _raw_list(api, call), _raw_watch(api, call))
+        client_informer(what, api, call)
         for what, call in (("inferenceservices", services), ("endpointslices", slices))
     ]
     return WatchedLister(informers, sync_timeout)
@@ -294,45 +291,6 @@ class WatchedLister:
     def stop(self) -> None:
         for informer in self._informers:
             informer.stop()
-
-
-def _checked(api: Any, response: Any) -> Any:
-    """`response` when 2xx; else the client's ApiException for it."""
-    status = getattr(response, "status", None)
-    if isinstance(status, int) and not 200 <= status <= 299:
-        api.response_deserialize(response, {})
-    return response
-
-
-def _raw_list(api: Any, call: Callable[..., Any]) -> Callable[[], Mapping[str, Any]]:
-    def list_once() -> Mapping[str, Any]:
-        response = _checked(api, call(_preload_content=False))
-        try:
-            return cast(Mapping[str, Any], json.loads(response.data))
-        finally:
-            response.release_conn()
-
-    return list_once
-
-
-def _raw_watch(api: Any, call: Callable[..., Any]) -> Callable[[str], Iterator[Mapping[str, Any]]]:
-    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415
-
-    def watch(version: str) -> Iterator[Mapping[str, Any]]:
-        response = _checked(api, call(
-            watch=True, resource_version=version, allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS, _preload_content=False,
-            _request_timeout=(10, WATCH_SECONDS + 30),
-        ))  # fmt: skip
-        try:
-            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
-                if line.strip():
-                    yield cast(Mapping[str, Any], json.loads(line))
-        finally:
-            response.close()
-            response.release_conn()
-
-    return watch
 
 
 class KubeDiscovery:

@@ -81,9 +81,10 @@ def run(
     from llmfleet.core.loopback import LoopbackGuard
     from llmfleet.operator.handlers import build_registry
     from llmfleet.operator.inflight import probe_in_flight
-    from llmfleet.operator.kube import Kube
+    from llmfleet.operator.kube import PLURALS, Kube
     from llmfleet.operator.metrics import OperatorMetrics
     from llmfleet.operator.reconcile import Reconciler
+    from llmfleet.operator.watched import Watched
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # kopf logs every watch-event handler call at INFO; ours log what they do themselves.
@@ -104,11 +105,12 @@ def run(
     guard = LoopbackGuard(
         settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc()
     )
-    kube = Kube(api, settings.field_manager, partial(probe_in_flight, guard=guard))
+    watched = Watched(api, namespaces, PLURALS)
+    kube = Kube(api, settings.field_manager, watched, partial(probe_in_flight, guard=guard))
     if not settings.probe_in_flight:
         kube.in_flight = lambda _ip, _port: None
     reconciler = Reconciler(kube, settings, metrics)
-    registry = build_registry(reconciler, settings.resync_seconds)
+    registry = build_registry(reconciler, settings.resync_seconds, watched)
     peering_args: dict[str, Any] = {"standalone": True}
     if not standalone:
         # Distinct priorities make exactly one replica active; the others wait as standbys.

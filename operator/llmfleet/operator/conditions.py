@@ -1,6 +1,6 @@
-"""Status conditions (pure): Ready, Progressing, Degraded, ScalingLimited and MetricsMissing, with
-reasons and
-messages a person can act on. A condition keeps its lastTransitionTime while its status holds.
+"""Status conditions (pure): Ready, Progressing, Degraded, ScalingLimited, MetricsMissing and
+ModelNameConflict, with reasons and messages a person can act on. A condition keeps its
+lastTransitionTime while its status holds.
 
 Ready means serving: every pool serves its (non-zero) target. Degraded names a problem: children
 the API server refused, pods the scheduler cannot place. ScalingLimited gives the figures when
@@ -261,6 +261,36 @@ def _metrics_missing(service: InferenceService, observed: Observed, now: datetim
     )
 
 
+def _model_name_conflict(service: InferenceService, observed: Observed) -> Said | None:
+    """ModelNameConflict: True while another service claims this one's model name (the gateway
+    routes the name to the first created, `crds.claims`), False once no other does; None (no
+    condition) for a service that never had a conflict."""
+    model = service.spec.served_name
+    claims = observed.model_claims
+    me = (service.metadata.get("namespace", ""), service.metadata.get("name", ""))
+    others = [claim for claim in claims if claim != me]
+    if not others:
+        if any(c.type == "ModelNameConflict" for c in observed.conditions):
+            return (ConditionStatus.FALSE, "ModelNameUnique",
+                    f"No other service claims the model name {model!r}.")  # fmt: skip
+        return None
+    named = ", ".join(f"{namespace}/{name}" for namespace, name in others)
+    if claims[0] == me:
+        return (
+            ConditionStatus.TRUE, "ModelNameShared",
+            f"{named} also claim(s) the model name {model!r}; the gateway routes it to this "
+            "service (created first) and none to them. Give each service a model name of its "
+            "own (spec.model.servedName).",
+        )  # fmt: skip
+    first = "{}/{}".format(*claims[0])
+    return (
+        ConditionStatus.TRUE, "ModelNameTaken",
+        f"The model name {model!r} is claimed by {named}; the gateway routes it to {first} "
+        "(created first) and none to this service. Set spec.model.servedName to a name of its "
+        "own.",
+    )  # fmt: skip
+
+
 def _parse(text: str | None) -> datetime | None:
     if not text:
         return None
@@ -340,6 +370,9 @@ def conditions(
     missing = _metrics_missing(service, observed, now, metrics_missing_after)
     if missing is not None:
         wanted["MetricsMissing"] = missing
+    conflict = _model_name_conflict(service, observed)
+    if conflict is not None:
+        wanted["ModelNameConflict"] = conflict
 
     previous = {condition.type: condition for condition in observed.conditions}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,9 +1,10 @@
 """kopf registrations (thin): one reconcile loop per InferenceService, woken by changes.
 
 Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
-sleeps until a change to the service or one of its children or pods wakes it, or the requeue
-delay / resync period passes. A pass that fails as a whole waits out an exponential back-off,
-cut short only by an edit of the service's spec.
+sleeps until a change wakes it (to the service, seen by kopf's watch and by the watches that
+feed the passes' reads, `watched.py`; to one of its children or pods, seen by the latter), or
+the requeue delay / resync period passes. A pass that fails as a whole waits out an
+exponential back-off, cut short only by an edit of the service's spec.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,20 +20,12 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import GROUP, PLURAL, VERSION
-from llmfleet.crds import labels as L
 from llmfleet.operator.failures import retry_delay
-from llmfleet.operator.kube import api_message
+from llmfleet.operator.kube import CHILD_KINDS, api_message
 from llmfleet.operator.reconcile import Gone, Reconciler
+from llmfleet.operator.watched import Watched
 
 log = logging.getLogger("llmfleet.operator")
-CHILD_KINDS = (
-    ("", "v1", "pods"),
-    ("apps", "v1", "deployments"),
-    ("", "v1", "services"),
-    ("", "v1", "configmaps"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("networking.k8s.io", "v1", "networkpolicies"),
-)
 
 
 class Triggers:
@@ -64,6 +56,13 @@ class Triggers:
             self._generations[key] = generation
             self.edited(namespace, name).set()
 
+    def wake(self, namespace: str, name: str) -> None:
+        """Wake the service's loop if it runs (a pod or child changed); nothing otherwise: a
+        loop that starts later runs its first pass anyway."""
+        event = self._events.get((namespace, name))
+        if event is not None:
+            event.set()
+
     def forget(self, namespace: str, name: str) -> None:
         for events in (self._events, self._edits, self._generations):
             events.pop((namespace, name), None)
@@ -77,7 +76,7 @@ class Triggers:
 
 
 def build_registry(
-    reconciler: Reconciler, resync_seconds: float, workers: int = 8
+    reconciler: Reconciler, resync_seconds: float, watched: Watched, workers: int = 8
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     triggers = Triggers()
@@ -90,11 +89,22 @@ def build_registry(
         return kopf.login_via_client(**kwargs)
 
     @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.level = logging.WARNING
+        loop = asyncio.get_running_loop()
+
+        def wake(namespace: str, name: str) -> None:
+            # The watches run in threads; a wake is handed to this loop, where the triggers
+            # live (none once the loop has closed, at shutdown).
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(triggers.wake, namespace, name)
+
+        watched.set_wake(wake)
+        watched.start(list(CHILD_KINDS))
 
     @kopf.on.cleanup(registry=registry)
     def shutdown(**_: Any) -> None:
+        watched.stop()
         executor.shutdown(wait=False, cancel_futures=True)
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)
@@ -144,18 +154,6 @@ def build_registry(
         *, namespace: str | None, name: str, body: kopf.Body, **_: Any
     ) -> None:
         triggers.fire(namespace or "", name, body.get("metadata", {}).get("generation"))
-
-    for group, version, plural in CHILD_KINDS:
-
-        @kopf.on.event(
-            group, version, plural, registry=registry, id=f"child-{plural}",
-            labels={L.SERVICE: kopf.PRESENT, L.MANAGED_BY: L.MANAGED_BY_VALUE}
-            if plural != "pods" else {L.SERVICE: kopf.PRESENT},
-        )  # fmt: skip
-        async def child_changed(
-            *, namespace: str | None, labels: Mapping[str, str], **_: Any
-        ) -> None:
-            triggers.fire(namespace or "", labels[L.SERVICE])
 
     return registry
 

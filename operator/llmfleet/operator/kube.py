@@ -1,5 +1,9 @@
 """The operator's only door to the Kubernetes API: read the world, write with server-side apply.
 
+Pods, children and the service itself are read from memory kept by watches (`watched.py`); the
+ServiceMonitor CRD (once a minute), and, only while they explain something, nodes and
+EndpointSlices are read from the API server.
+
 Every write goes through one field manager. Conflicts with other managers are forced (we own
 what we write: drift is reverted), transient API errors are retried a few times.
 """
@@ -28,6 +32,7 @@ from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.inflight import probe_in_flight
 from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
 from llmfleet.operator.pools import PodChange
+from llmfleet.operator.watched import POD, SERVICE, Watched
 
 T = TypeVar("T")
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
@@ -139,31 +144,30 @@ def _parse_time(value: str | None) -> datetime | None:
         return None
 
 
-def observed_pod(pod: client.V1Pod) -> ObservedPod:
-    meta: Any = pod.metadata
-    labels = meta.labels or {}
-    annotations = meta.annotations or {}
-    conditions = {c.type: c for c in (pod.status.conditions or [])} if pod.status else {}
-    ready = conditions.get("Ready")
-    scheduled = conditions.get("PodScheduled")
+def observed_pod(pod: Mapping[str, Any]) -> ObservedPod:
+    """A pod as the API server sends it (JSON)."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready") or {}
+    scheduled = conditions.get("PodScheduled") or {}
     unschedulable = (
-        scheduled.message or "Unschedulable"
-        if scheduled is not None
-        and scheduled.status == "False"
-        and scheduled.reason == "Unschedulable"
+        scheduled.get("message") or "Unschedulable"
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
         else None
     )
     cost = annotations.get(L.DELETION_COST)
     serving = labels.get(L.SERVING)
     return ObservedPod(
-        name=meta.name,
+        name=meta["name"],
         pool=labels.get(L.POOL, ""),
-        created=meta.creation_timestamp or datetime.now(UTC),
-        ready=ready is not None and ready.status == "True",
+        created=_parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
+        ready=ready.get("status") == "True",
         serving=serving in ("true", L.SERVING_CANARY),
         serving_value=serving if serving == L.SERVING_CANARY else "true",
         deployment=labels.get(L.DEPLOYMENT),
-        terminating=meta.deletion_timestamp is not None,
+        terminating=meta.get("deletionTimestamp") is not None,
         demoted_at=_parse_time(annotations.get(L.DEMOTED_AT)),
         deletion_cost=int(cost) if cost and cost.lstrip("-").isdigit() else None,
         unschedulable=unschedulable,
@@ -189,8 +193,13 @@ class Kube:
         self,
         api: client.ApiClient,
         field_manager: str,
+        watched: Watched,
         in_flight: Callable[[str, int], int | None] = probe_in_flight,
+        sync_timeout: float = 30.0,
     ) -> None:
+        self.watched = watched
+        """Pods and children, kept by watches: what `observe` reads."""
+        self.sync_timeout = sync_timeout
         self.in_flight = in_flight
         self.api = api
         self.field_manager = field_manager
@@ -229,7 +238,13 @@ class Kube:
         return tuple(sorted(meta.labels[GPU_PRODUCT_LABEL] for meta in metadata))
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The InferenceService as stored now, or None when it does not exist."""
+        """The InferenceService as the watch brought it (or as this operator's last status
+        write returned it, `watched.newest`), else as stored now (a GET: a service the watch
+        has not brought yet, or one just deleted), None when it does not exist."""
+        self.watched.wait_synced([], self.sync_timeout)
+        cached = self.watched.service(namespace, name)
+        if cached is not None:
+            return dict(cached)
         try:
             body = cast(
                 dict[str, Any],
@@ -246,16 +261,24 @@ class Kube:
         return body
 
     def observe(
-        self, namespace: str, name: str, status: Mapping[str, Any], pools: Collection[str]
+        self,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        pools: Collection[str],
+        model: str,
     ) -> Observed:
-        """Everything the plan needs about the service `name` whose spec has `pools`."""
-        pods = retrying(
-            lambda: self.core.list_namespaced_pod(namespace, label_selector=f"{L.SERVICE}={name}")
-        )
+        """Everything the plan needs about the service `name` whose spec has `pools` and
+        serves `model`: its pods, children and the services claiming its model name from
+        memory (`watched`), once the watches have their first LIST."""
+        monitors = self.service_monitor_crd()
+        kinds = [*CHILD_KINDS, MONITOR_KIND] if monitors else list(CHILD_KINDS)
+        self.watched.wait_synced(kinds, self.sync_timeout)
+        pods = self.watched.of(POD, namespace, name)
         autoscaling = status.get("autoscaling")
-        observed = [observed_pod(pod) for pod in pods.items]
-        for index, (raw, pod) in enumerate(zip(pods.items, observed, strict=True)):
-            ip = raw.status.pod_ip if raw.status else None
+        observed = [observed_pod(pod) for pod in pods]
+        for index, (raw, pod) in enumerate(zip(pods, observed, strict=True)):
+            ip = (raw.get("status") or {}).get("podIP")
             if pod.demoted_at is not None and not pod.serving and ip:
                 # Only draining pods are asked; the plan deletes them once nothing is in flight.
                 observed[index] = dataclasses.replace(
@@ -264,13 +287,13 @@ class Kube:
         # Nodes are listed only while a pod is unschedulable: the one case their GPU products
         # explain (no node of the service's GPU type), and no cost in steady state.
         unschedulable = any(pod.unschedulable and not pod.terminating for pod in observed)
-        monitors = self.service_monitor_crd()
-        children = self.children(namespace, name, monitors)
+        children = self.children(namespace, name, kinds)
         retiring = any(child.pool and child.pool not in pools for child in children)
         return Observed(
             pods=tuple(observed),
             children=children,
             ready_endpoints=self.ready_endpoints(namespace, name) if retiring else None,
+            model_claims=self.watched.claims(model),
             gpu_node_products=self.gpu_node_products() if unschedulable else None,
             service_monitor_crd=monitors,
             conditions=tuple(
@@ -280,16 +303,15 @@ class Kube:
             **rollout_status(status),
         )
 
-    def children(self, namespace: str, name: str, monitors: bool) -> tuple[ObservedChild, ...]:
-        """Every object of a child kind in the namespace labelled `llmfleet.dev/service: name`,
-        with its labels and controller owner, for the plan to decide what is really ours."""
-        kinds = [*CHILD_KINDS, MONITOR_KIND] if monitors else list(CHILD_KINDS)
-        query = [("labelSelector", f"{L.SERVICE}={name}")]
+    def children(
+        self, namespace: str, name: str, kinds: Collection[tuple[str, str]]
+    ) -> tuple[ObservedChild, ...]:
+        """Every object of `kinds` in the namespace labelled `llmfleet.dev/service: name`, with
+        its labels and controller owner, for the plan to decide what is really ours."""
         found: list[ObservedChild] = []
         for api_version, kind in kinds:
-            path = _object_path(api_version, kind, namespace)
-            listing = retrying(partial(self._call, "GET", path, query))
-            for item in listing.get("items") or []:
+            items = self.watched.of((api_version, kind), namespace, name)
+            for item in sorted(items, key=lambda item: str(item["metadata"]["name"])):
                 meta = item["metadata"]
                 owners = meta.get("ownerReferences") or []
                 found.append(
@@ -354,11 +376,14 @@ class Kube:
         path = _object_path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"))
         query = [("fieldManager", self.field_manager), ("force", "true")]
         body = apply_body(manifest)
-        retrying(
+        applied = retrying(
             lambda: self._call("PATCH", f"{path}/{metadata['name']}", query, body,
                                "application/apply-patch+yaml"),
             retryable=RETRYABLE_WRITE,
         )  # fmt: skip
+        # The next pass reads the object as applied until the watch brings it: it does not
+        # apply a child again because the watch has not shown it yet.
+        self.watched.wrote((manifest["apiVersion"], manifest["kind"]), applied)
 
     def delete_child(self, child: ObservedChild) -> None:
         """Delete a child that is no longer wanted, its dependents (a Deployment's pods) after
@@ -397,7 +422,7 @@ class Kube:
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource; keys we do not send (autoscaling) are kept."""
         try:
-            retrying(
+            written = retrying(
                 lambda: self.custom.patch_namespaced_custom_object_status(
                     GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
                 )
@@ -405,6 +430,9 @@ class Kube:
         except ApiException as error:
             if error.status != 404:  # 404: the service was deleted meanwhile; nothing to report
                 raise
+            return
+        if isinstance(written, Mapping):  # the next pass reads this until the watch has it
+            self.watched.wrote(SERVICE, written)
 
     def event(
         self, owner: Mapping[str, Any], reason: str, message: str, warning: bool = False

@@ -94,6 +94,10 @@ class Observed:
     ready_endpoints: Mapping[str, int] | None = None
     """Ready endpoints of each pool's Service (its EndpointSlices: what the gateway routes
     to); looked at only while a pool the spec no longer has still has children."""
+    model_claims: tuple[tuple[str, str], ...] = ()
+    """(namespace, name) of every service in the operator's view whose model name (the one
+    clients send) is this service's, itself included, in claim order (`crds.claims`: the gateway
+    routes the name to the first); empty when not looked at."""
 
     def pool_pods(self, pool: str) -> list[ObservedPod]:
         return [pod for pod in self.pods if pod.pool == pool and not pod.terminating]

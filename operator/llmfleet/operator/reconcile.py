@@ -161,7 +161,9 @@ class Reconciler:
             return None, False
 
         pools = service.spec.pools()
-        observed = self.kube.observe(namespace, name, body.get("status") or {}, pools)
+        observed = self.kube.observe(
+            namespace, name, body.get("status") or {}, pools, service.spec.served_name
+        )
         now = self.clock()
         observed = self._with_analysis(service, observed, now)
         plan = desired(service, observed, self.settings, now)

@@ -1,0 +1,249 @@
+"""One kind's objects kept in memory by a LIST and then a WATCH (issue 28), shared by the
+operator, the gateway and the autoscaler: readers get the current objects without a request,
+and the API server sends only changes.
+
+The watch resumes from the last resourceVersion it saw (bookmarks included) whenever the
+server ends it; a 410 Gone (that version is no longer in the server's window) starts over
+with a LIST, which replaces the cache. Any other failure is logged once per failure in a row
+and retried after `retry_seconds`, the last objects still served.
+
+An informer may keep an index (`index`: an object's key in it, None for none) and call
+`on_change` with every object that an event or a LIST after the first changed (a deleted one
+as last seen), and the object the cache held before (None for a new one), after the cache
+holds the change: a reader woken by `on_change` sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Any, cast
+
+log = logging.getLogger("llmfleet.informer")
+
+Lister = Callable[[], Mapping[str, Any]]
+"""LISTs the kind: the list object as JSON (`items`, `metadata.resourceVersion`)."""
+Watcher = Callable[[str], Iterable[Mapping[str, Any]]]
+"""WATCHes the kind from a resourceVersion: raw events (`type`, `object`) until the server
+ends the watch; raises on an ERROR event (a status 410 for Gone)."""
+Key = tuple[str, str]
+Index = Callable[[Mapping[str, Any]], Hashable | None]
+"""An object's key in an informer's index; None: not indexed."""
+OnChange = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
+"""Told (the object, the object as the cache held it before or None)."""
+
+WATCH_SECONDS = 240
+"""How long the API server keeps one watch open before ending it (the informer resumes)."""
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old: LIST again."""
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    metadata = obj["metadata"]
+    return (metadata.get("namespace") or "", metadata["name"])
+
+
+def apply_event(objects: dict[Key, Mapping[str, Any]], event: Mapping[str, Any]) -> str | None:
+    """Apply one watch event to `objects` (pure but for the dict); the resourceVersion to
+    resume from. Raises `Gone` for a 410 ERROR event."""
+    kind, obj = event.get("type"), event.get("object") or {}
+    if kind == "ERROR":
+        if obj.get("code") == 410:
+            raise Gone(str(obj.get("message") or "resourceVersion too old"))
+        raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    if kind in ("ADDED", "MODIFIED"):
+        objects[key_of(obj)] = obj
+    elif kind == "DELETED":
+        objects.pop(key_of(obj), None)
+    return str(version) if version else None
+
+
+def _version(obj: Mapping[str, Any] | None) -> object:
+    return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+
+
+class Informer:
+    """Objects of one kind, kept current in a daemon thread (`start`; `stop` ends it at the
+    next event or server timeout)."""
+
+    def __init__(
+        self,
+        what: str,
+        lister: Lister,
+        watcher: Watcher,
+        retry_seconds: float = 1.0,
+        *,
+        index: Index | None = None,
+        on_change: OnChange | None = None,
+    ) -> None:
+        self.what = what
+        self._list, self._watch = lister, watcher
+        self._retry = retry_seconds
+        self._index_of = index
+        self._on_change = on_change
+        self._objects: dict[Key, Mapping[str, Any]] = {}
+        self._index: dict[Hashable, dict[Key, Mapping[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{what}", daemon=True)
+        self.lists = 0
+        """LISTs sent (the first, then one per 410 or failure): what a test counts."""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def items(self) -> list[Mapping[str, Any]]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def get(self, key: Key) -> Mapping[str, Any] | None:
+        """The object (namespace, name) as the cache holds it now; None when it holds none."""
+        with self._lock:
+            return self._objects.get(key)
+
+    def indexed(self, key: Hashable) -> list[Mapping[str, Any]]:
+        """The objects whose `index` is `key` (none without an index)."""
+        with self._lock:
+            return list(self._index.get(key, {}).values())
+
+    def _reindex(self) -> None:
+        """Rebuild the index from the objects (the lock held)."""
+        self._index = {}
+        if self._index_of is None:
+            return
+        for key, obj in self._objects.items():
+            found = self._index_of(obj)
+            if found is not None:
+                self._index.setdefault(found, {})[key] = obj
+
+    def _indexed_event(
+        self, event: Mapping[str, Any]
+    ) -> tuple[str | None, Mapping[str, Any] | None]:
+        """`apply_event` with the index kept (the lock held); the version to resume from and
+        the object the cache held before."""
+        obj = event.get("object") or {}
+        key = key_of(obj) if event.get("type") in ("ADDED", "MODIFIED", "DELETED") else None
+        before = self._objects.get(key) if key is not None else None
+        resumed = apply_event(self._objects, event)
+        if key is not None and self._index_of is not None:
+            if before is not None and (old := self._index_of(before)) is not None:
+                self._index.get(old, {}).pop(key, None)
+            after = self._objects.get(key)
+            if after is not None and (new := self._index_of(after)) is not None:
+                self._index.setdefault(new, {})[key] = after
+        return resumed, before
+
+    def _relist(self) -> str:
+        listing = self._list()
+        self.lists += 1
+        fresh = {key_of(item): item for item in listing.get("items") or []}
+        with self._lock:
+            old, self._objects = self._objects, fresh
+            self._reindex()
+        first = not self._synced.is_set()
+        self._synced.set()
+        if self._on_change is not None and not first:
+            # What changed while no watch ran: new, changed and vanished objects alike (the
+            # first LIST tells nothing: readers wait for it, `wait_synced`).
+            for key in old.keys() | fresh.keys():
+                if _version(old.get(key)) != _version(fresh.get(key)):
+                    self._on_change(fresh.get(key) or old[key], old.get(key))
+        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _run(self) -> None:
+        version: str | None = None
+        failures = 0
+        while not self._stopped.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                for event in self._watch(version):
+                    with self._lock:
+                        resumed, before = self._indexed_event(event)
+                    version = resumed or version
+                    if self._on_change is not None and event.get("type") != "BOOKMARK":
+                        self._on_change(event.get("object") or {}, before)
+                    if self._stopped.is_set():
+                        return
+                failures = 0
+            except Gone:
+                version = None  # the window moved on: LIST again
+            except Exception as error:  # the API server away, a refusal: keep the last objects
+                failures += 1
+                if failures == 1:
+                    log.warning("watch of %s failed, retrying every %.0fs: %s",
+                                self.what, self._retry, error)  # fmt: skip
+                version = None
+                self._stopped.wait(self._retry)
+
+
+# -- the Kubernetes client as a Lister and a Watcher ---------------------------------------------
+
+
+def _checked(api: Any, response: Any) -> Any:
+    """`response` when 2xx; else the client's ApiException for it."""
+    status = getattr(response, "status", None)
+    if isinstance(status, int) and not 200 <= status <= 299:
+        api.response_deserialize(response, {})
+    return response
+
+
+def client_lister(api: Any, call: Callable[..., Any]) -> Lister:
+    """`call` (a generated client's list method, its arguments bound) as a `Lister` of raw
+    JSON: no models are built for the objects."""
+
+    def list_once() -> Mapping[str, Any]:
+        response = _checked(api, call(_preload_content=False))
+        try:
+            return cast(Mapping[str, Any], json.loads(response.data))
+        finally:
+            response.release_conn()
+
+    return list_once
+
+
+def client_watcher(api: Any, call: Callable[..., Any]) -> Watcher:
+    """`call` (as `client_lister`) as a `Watcher`: a watch with bookmarks, ended by the server
+    after `WATCH_SECONDS`."""
+    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415
+
+    def watch(version: str) -> Iterator[Mapping[str, Any]]:
+        response = _checked(api, call(
+            watch=True, resource_version=version, allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS, _preload_content=False,
+            _request_timeout=(10, WATCH_SECONDS + 30),
+        ))  # fmt: skip
+        try:
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if line.strip():
+                    yield cast(Mapping[str, Any], json.loads(line))
+        finally:
+            response.close()
+            response.release_conn()
+
+    return watch
+
+
+def client_informer(
+    what: str,
+    api: Any,
+    call: Callable[..., Any],
+    *,
+    index: Index | None = None,
+    on_change: OnChange | None = None,
+) -> Informer:
+    """An informer over a generated client's list method (not started)."""
+    return Informer(what, client_lister(api, call), client_watcher(api, call),
+                    index=index, on_change=on_change)  # fmt: skip

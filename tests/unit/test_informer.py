@@ -1,0 +1,146 @@
+"""The shared informer (`llmfleet.core.informer`): a LIST, then a WATCH resumed from the last
+resourceVersion; a new LIST only on 410 Gone or a failure."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from llmfleet.core.informer import Gone, Informer, Key, apply_event
+
+
+def obj(name: str, version: str, **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": version}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("event", "after", "version"),
+    [
+        pytest.param({"type": "ADDED", "object": obj("b", "5")}, {"a", "b"}, "5", id="added"),
+        pytest.param({"type": "MODIFIED", "object": obj("a", "6", spec=1)}, {"a"}, "6",
+                     id="modified"),
+        pytest.param({"type": "DELETED", "object": obj("a", "7")}, set(), "7", id="deleted"),
+        pytest.param({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
+                     {"a"}, "9", id="bookmark-moves-the-version-only"),
+    ],
+)  # fmt: skip
+def test_apply_event(event: dict[str, Any], after: set[str], version: str) -> None:
+    objects: dict[Key, Mapping[str, Any]] = {("ns", "a"): obj("a", "1")}
+    assert apply_event(objects, event) == version
+    assert {name for _, name in objects} == after
+
+
+def test_a_410_error_event_is_gone() -> None:
+    with pytest.raises(Gone):
+        apply_event({}, {"type": "ERROR", "object": {"code": 410, "message": "too old"}})
+
+
+class FakeServer:
+    """Serves a LIST and scripted watches; records the versions each watch started from."""
+
+    def __init__(self, watches: list[list[dict[str, Any]]]) -> None:
+        self.watches = watches
+        self.started: list[str] = []
+        self.done = threading.Event()
+
+    def list(self) -> Mapping[str, Any]:
+        return {"metadata": {"resourceVersion": "10"}, "items": [obj("a", "10")]}
+
+    def watch(self, version: str) -> Iterator[Mapping[str, Any]]:
+        self.started.append(version)
+        if not self.watches:
+            self.done.set()
+            time.sleep(0.05)
+            return
+        yield from self.watches.pop(0)
+
+
+def test_a_watch_resumes_from_its_last_version_and_relists_only_on_gone() -> None:
+    server = FakeServer([
+        [{"type": "ADDED", "object": obj("b", "11")}],  # the server ends this watch
+        [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}],
+        [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
+        [{"type": "DELETED", "object": obj("a", "12")}],
+    ])  # fmt: skip
+    informer = Informer("things", server.list, server.watch, retry_seconds=0.01)
+    informer.start()
+    try:
+        assert server.done.wait(10), "the scripted watches were not all consumed"
+    finally:
+        informer.stop()
+    assert server.started[:4] == ["10", "11", "15", "10"]  # after the 410: LIST (at 10) again
+    assert informer.lists == 2
+    assert [item["metadata"]["name"] for item in informer.items()] == []
+
+
+def labelled(name: str, version: str, service: str | None) -> dict[str, Any]:
+    labels = {"llmfleet.dev/service": service} if service else {}
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": version,
+                         "labels": labels}}  # fmt: skip
+
+
+def service_of(item: Mapping[str, Any]) -> Key | None:
+    service = item["metadata"]["labels"].get("llmfleet.dev/service")
+    return (item["metadata"]["namespace"], service) if service else None
+
+
+class IndexServer:
+    """A LIST of two pods of service `a`, then one scripted watch; a second watch (after the
+    server ended the first) finds a 410, and the LIST after it shows `relisted`."""
+
+    def __init__(self, events: list[dict[str, Any]], relisted: list[dict[str, Any]]) -> None:
+        self.events, self.relisted = events, relisted
+        self.listed = 0
+        self.done = threading.Event()
+
+    def list(self) -> Mapping[str, Any]:
+        self.listed += 1
+        items = [labelled("p1", "1", "a"), labelled("p2", "2", "a")]
+        return {"metadata": {"resourceVersion": "2"},
+                "items": items if self.listed == 1 else self.relisted}  # fmt: skip
+
+    def watch(self, version: str) -> Iterator[Mapping[str, Any]]:
+        if self.listed == 1 and self.events:
+            events, self.events = self.events, []
+            yield from events
+            yield {"type": "ERROR", "object": {"code": 410, "message": "too old"}}
+        self.done.set()
+        time.sleep(0.05)
+
+
+def test_the_index_follows_adds_deletes_and_label_changes_and_each_change_is_told() -> None:
+    server = IndexServer(
+        [
+            {"type": "ADDED", "object": labelled("p3", "3", "b")},
+            {"type": "MODIFIED", "object": labelled("p1", "4", "b")},  # relabelled a -> b
+            {"type": "DELETED", "object": labelled("p2", "5", "a")},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}},
+        ],
+        relisted=[labelled("p1", "4", "b"), labelled("p4", "7", None)],  # p3 gone, p4 new
+    )
+    told: list[tuple[str, str]] = []
+    informer = Informer(
+        "pods", server.list, server.watch, retry_seconds=0.01, index=service_of,
+        on_change=lambda item, before: told.append(
+            (item["metadata"]["name"], item["metadata"]["resourceVersion"],
+             before["metadata"]["resourceVersion"] if before else None)),
+    )  # fmt: skip
+    informer.start()
+    try:
+        assert server.done.wait(10), "the scripted watches were not all consumed"
+    finally:
+        informer.stop()
+
+    def names(service: str) -> list[str]:
+        return sorted(item["metadata"]["name"] for item in informer.indexed(("ns", service)))
+
+    assert (names("a"), names("b")) == ([], ["p1"])
+    assert sorted(item["metadata"]["name"] for item in informer.items()) == ["p1", "p4"]
+    # Each event once (bookmarks are no change), then what the LIST after the 410 changed.
+    # Each with the version the cache held before (a deleted object as last seen).
+    assert told[:3] == [("p3", "3", None), ("p1", "4", "1"), ("p2", "5", "2")]
+    assert sorted(told[3:]) == [("p3", "3", "3"), ("p4", "7", None)]
