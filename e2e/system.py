@@ -195,6 +195,13 @@ class LocalSystem:
             "ready conditions": ("get", "pods", "-A", "-o", "custom-columns=POD:.metadata.name,"
                                  "READY:.status.conditions[?(@.type=='Ready')].reason,"
                                  "SINCE:.status.conditions[?(@.type=='Ready')].lastTransitionTime"),
+            # Why a container restarted (OOMKilled, Error with its exit code, a failed probe
+            # shows as Error 137 after the kubelet's kill).
+            "restarts": ("get", "pods", "-A", "-o", "custom-columns=POD:.metadata.name,"
+                         "RESTARTS:.status.containerStatuses[*].restartCount,"
+                         "LAST:.status.containerStatuses[*].lastState.terminated.reason,"
+                         "EXIT:.status.containerStatuses[*].lastState.terminated.exitCode,"
+                         "AT:.status.containerStatuses[*].lastState.terminated.finishedAt"),
             "endpointslices": ("get", "endpointslices", "-A", "-o", "wide"),
             "services": ("get", "inferenceservices", "-A", "-o", "wide"),
         }  # fmt: skip
@@ -211,6 +218,8 @@ class LocalSystem:
                     parts.append(f"--- kubectl logs ({component} pod)\n{self.kubectl(*args)}")
                 except Exception as error:
                     parts.append(f"--- {component} pod logs: {error}")
+        if self.on_real_node:  # an engine container that restarted: how its last run ended
+            parts.extend(self._restarted_engine_logs(log_lines))
         logs = [*self.paths.logs.glob("*.log"), *self.paths.logs.glob("components/*.log")]
         for log_file in sorted(logs):
             try:
@@ -219,6 +228,24 @@ class LocalSystem:
                 lines = [str(error)]
             parts.append(f"--- {log_file.name} (last {log_lines} lines)\n" + "\n".join(lines))
         return "\n".join(parts)
+
+    def _restarted_engine_logs(self, log_lines: int) -> list[str]:
+        parts = []
+        try:
+            pods = self.get("pods", "-n", "default")["items"]
+        except Exception as error:
+            return [f"--- engine pods: {error}"]
+        for pod in pods:
+            statuses = pod.get("status", {}).get("containerStatuses", [])
+            if not any(status.get("restartCount") for status in statuses):
+                continue
+            name = pod["metadata"]["name"]
+            args = ("logs", "-n", "default", name, "--previous", f"--tail={log_lines}")
+            try:
+                parts.append(f"--- kubectl logs --previous {name}\n{self.kubectl(*args)}")
+            except Exception as error:
+                parts.append(f"--- {name} previous logs: {error}")
+        return parts
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         answer = self.http.get(f"{self.prometheus}/api/v1/query", params={"query": promql})

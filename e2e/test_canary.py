@@ -8,11 +8,13 @@ analysing and deciding.
    with no duplicate Deployment; no request fails.
 2. A canary whose engines generate five times slower (the simulator's
    `--inter-token-latency=100ms`, set through `LLMFLEET_LOCAL_ENGINE_ARGS` in `runtime.env`, a
-   local-only variable the pod runner passes to the simulator) is rolled back at the first
+   local-only variable the local engine image's shim, or the pod runner on a kwok node, passes
+   to the simulator) is rolled back at the first
    step with enough samples: Degraded CanaryRolledBack names ITL p95 and both figures; no
    request fails; the time from its first analysable window to weight 0 is printed. One whose
    engines fail half their requests is rolled back on its error rate; no request fails after
-   weight 0.
+   weight 0. One whose engine never starts (its container crash-loops) is rolled back at its
+   `progressDeadlineSeconds`; no request fails.
 3. With no traffic the next canary waits for samples and says so; with Prometheus stopped
    (SIGSTOP) it holds.
 """
@@ -31,7 +33,6 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e.conftest import start_system
 from e2e.system import LocalSystem, wait_for
 from llmfleet.crds import labels as L
 
@@ -44,9 +45,12 @@ STEPS = [{"weight": 20, "pauseSeconds": 30}, {"weight": 50, "pauseSeconds": 30},
 QUICK = "--startup-duration=2s"
 SLOW = f"{QUICK} --inter-token-latency=100ms"
 FAILING = f"{QUICK} --failure-injection-rate=50 --failure-types=server_error"
+BROKEN = f"{QUICK} --no-such-flag"
+"""The simulator refuses to start: the engine container crash-loops."""
+DEADLINE = 60
 
 
-def service(value: str, engine_args: str = QUICK) -> str:
+def service(value: str, engine_args: str = QUICK, deadline: int = 1800) -> str:
     return json.dumps({
         "apiVersion": "llmfleet.dev/v1alpha1", "kind": "InferenceService",
         "metadata": {"name": NAME, "namespace": "default"},
@@ -54,31 +58,32 @@ def service(value: str, engine_args: str = QUICK) -> str:
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedName": MODEL},
             "runtime": {"gpu": {"type": "H100", "count": 1},
                         "env": [{"name": "V", "value": value},
-                                {"name": "LLMFLEET_LOCAL_ENGINE_ARGS", "value": engine_args}]},
+                                {"name": "LLMFLEET_LOCAL_ENGINE_ARGS", "value": engine_args}],
+                        # Sized for the real node. Not the samples' 384Mi: the simulator's
+                        # memory grows with the requests it served, and the canary's first pod
+                        # serves thousands here (OOMKilled at 384Mi after a few minutes).
+                        "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}}},
             "topology": {"unified": {"replicas": 2}},
             "slo": {"ttftP95Ms": 2000, "itlP95Ms": 60},
             "rollout": {"strategy": "Canary", "steps": STEPS,
-                        "analysis": {"intervalSeconds": INTERVAL, "minRequests": MIN_REQUESTS}},
+                        "analysis": {"intervalSeconds": INTERVAL, "minRequests": MIN_REQUESTS},
+                        "progressDeadlineSeconds": deadline},
         },
     })  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSystem]:
-    """A system of this module's own in the simulated world (`--no-real-node`: kwok nodes, the
-    pod runner's engines), with the canaried service applied and serving on two pods.
-
-    Not the real node: there the launcher's warm-up meets the failing canary's injected errors
-    and exits, so its pod crash-loops and never takes traffic (and the operator, today, waits
-    for it without end: noted on issue 26)."""
-    local = start_system(tmp_path_factory.mktemp("state"), "--no-real-node")
+def system(system: LocalSystem) -> Iterator[LocalSystem]:
+    """The session's system (on the real node, as `make up` starts it) with the canaried service
+    applied and serving on two pods; the service is deleted after the module."""
+    system.kubectl("apply", "--server-side", "-f", "-", stdin=service("1"))
     try:
-        local.kubectl("apply", "--server-side", "-f", "-", stdin=service("1"))
-        local.wait_models([MODEL], timeout=180)
-        wait_for(lambda: len(local.serving(NAME, "unified")) == 2 or None, 120, "2 serving pods")
-        yield local
+        system.wait_models([MODEL], timeout=180)
+        wait_for(lambda: len(system.serving(NAME, "unified")) == 2 or None, 120, "2 serving pods")
+        yield system
     finally:
-        local.down()
+        system.kubectl("delete", "llmsvc", NAME, "-n", "default", "--wait=false")
+        wait_for(lambda: not system.pods(NAME) or None, 120, "the canaried service's pods to go")
 
 
 @dataclass
@@ -299,6 +304,34 @@ def test_a_failing_canary_is_rolled_back_on_its_error_rate(system: LocalSystem) 
     assert failed
     assert all(s.started < zero + 2 for s in failed)
     assert status(system)["revision"] == stable
+
+
+def test_a_canary_whose_engine_never_starts_is_rolled_back_at_its_deadline(
+    system: LocalSystem,
+) -> None:
+    stable = status(system)["revision"]
+    with Load(system.gateway) as load:
+        time.sleep(3)
+        applied = time.monotonic()
+        system.kubectl("apply", "--server-side", "-f", "-",
+                       stdin=service("6", BROKEN, deadline=DEADLINE))  # fmt: skip
+
+        def deadline_passed() -> dict[str, Any] | None:
+            degraded = condition(system, "Degraded")
+            return degraded if degraded.get("reason") == "CanaryProgressDeadlineExceeded" else None
+
+        degraded = wait_for(deadline_passed, DEADLINE + 90, "the rollback at the deadline")
+        rolled_back = time.monotonic() - applied
+        time.sleep(3)
+    print(f"CANARY never starts: rolled back {rolled_back:.1f} s after the apply "
+          f"(deadline {DEADLINE} s); {len(load.sent)} requests, {len(load.failed())} failed; "
+          f"{degraded['message']}")  # fmt: skip
+    assert degraded["status"] == "True"
+    assert f"progressDeadlineSeconds ({DEADLINE}s; " in degraded["message"]
+    assert rolled_back >= DEADLINE - 1  # waitingSince is stamped to the second
+    assert status(system)["canary"]["rollbackReason"] == "CanaryProgressDeadlineExceeded"
+    assert status(system)["revision"] == stable
+    assert not load.failed(), load.failed()[:5]
 
 
 def test_without_requests_it_waits_and_without_prometheus_it_holds(system: LocalSystem) -> None:
