@@ -62,13 +62,14 @@ def test_the_launchers_log_names_no_secret(tmp_path: Path) -> None:
     serving = {"port": free_port(), "launcherPort": free_port(), "host": "127.0.0.1"}
     config = {
         "model": {"name": "m"},
-        "runtime": {"extraArgs": ["--api-key", "flag-secret-value"]},
+        # `--hf-token`: a secret-carrying flag admission allows (`--api-key` is refused).
+        "runtime": {"extraArgs": ["--hf-token", "flag-secret-value"]},
         "serving": serving,
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     # `false` exits at once: the launcher logs the command line, then the engine's failure.
-    engine = f"false --api-key flag-secret-value --note=pasted-{TOKEN} {{model}}"
+    engine = f"false --hf-token flag-secret-value --note=pasted-{TOKEN} {{model}}"
     result = subprocess.run(
         [LAUNCHER, "serve", "--config", path, "--engine-command", engine],
         capture_output=True, text=True, timeout=60, check=False,
@@ -76,6 +77,6 @@ def test_the_launchers_log_names_no_secret(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == ExitCode.ENGINE_FAILED, result.stderr
     log = result.stdout + result.stderr
-    assert "starting engine: false --api-key <redacted>" in log
+    assert "starting engine: false --hf-token <redacted>" in log
     assert TOKEN not in log
     assert "flag-secret-value" not in log
