@@ -150,7 +150,13 @@ def test_an_idle_operator_writes_nothing_over_its_resyncs(kube: Kube, operator: 
     print(f"reads in the window: {reads}")
     assert written == {}, f"the idle operator wrote (verb, resource, subresource): {written}"
     assert operator_events(kube) == events, "the idle operator posted Events"
+    # The API server counts every client: the control plane's own informers, or a watch of the
+    # operator's that expired, may LIST once (CI saw one LIST of services). A read per pass
+    # counts at least one per pass in the window.
+    window_passes = passes(operator) - passes_before
     services = {key: n for key, n in reads.items() if key[1] == "inferenceservices"}
-    assert services == {}, f"idle passes read their services at the API server: {services}"
+    per_pass = {key: n for key, n in services.items() if n >= window_passes}
+    assert per_pass == {}, f"idle passes read their services at the API server: {services}"
     listed = {key: n for key, n in reads.items() if key[0] == "LIST" and key[1:] in CHILD_READS}
-    assert listed == {}, f"idle passes listed pods or children at the API server: {listed}"
+    per_pass = {key: n for key, n in listed.items() if n >= window_passes}
+    assert per_pass == {}, f"idle passes listed pods or children at the API server: {listed}"
