@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 # llmfleet's local engine image: the engine launcher (`llmfleet-runtime`) exactly as in the
 # runtime image, with llm-d-inference-sim as its engine behind a `vllm` shim (no GPU needed).
+# With LLMFLEET_VLLM_VENV naming a venv of vLLM's CPU build on a volume, the shim runs that real
+# vLLM instead (`llmfleet up --engine vllm-cpu`); libnuma1 and libgomp1 are for it.
 #
 #   docker build -f images/engine-local.Dockerfile -t ghcr.io/llmfleet/llmfleet-engine-local:<version> .
 #
@@ -19,7 +21,7 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/llm-d-inference-sim \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && apt-get install -y --no-install-recommends python3 python3-venv libnuma1 libgomp1 \
     && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 llmfleet \
     && useradd --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \

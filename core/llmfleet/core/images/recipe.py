@@ -33,6 +33,11 @@ DEBIAN_PACKAGES = ("python3", "python3-venv")
 """python3 is bookworm's CPython 3.11 (cp311 wheels); python3-venv brings `venv` and the pip
 wheel the Dockerfiles run (`python <wheel>/pip install`: the venv holds no pip of its own)."""
 
+REAL_VLLM_LIBRARIES = ("libnuma1", "libgomp1")
+"""What vLLM's CPU build links from the system (its `_C` extensions: libnuma; one of its wheels:
+libgomp), for engine-local's real-vLLM mode (a venv on a volume, core/vllm_shim.py); libstdc++
+and zlib come with the base (apt needs them)."""
+
 LAUNCHER_REQUIREMENTS = (
     "typer>=0.12",
     "rich>=13",
@@ -185,7 +190,7 @@ ENGINE_LOCAL = Recipe(
     dockerfile="images/engine-local.Dockerfile",
     description="llmfleet's engine launcher with llm-d-inference-sim as its engine (a `vllm` "
     "shim): local engine pods without a GPU",
-    base=DebianBase(),
+    base=DebianBase(packages=(*DEBIAN_PACKAGES, *REAL_VLLM_LIBRARIES)),
     requirements=LAUNCHER_REQUIREMENTS,
     copies=(
         _META,

