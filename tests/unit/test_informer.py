@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llmfleet.core.informer import Gone, Informer, Key, apply_event
+from llmfleet.core.informer import Gone, Informer, Key, apply_event, newest
 
 
 def obj(name: str, version: str, **extra: Any) -> dict[str, Any]:
@@ -32,6 +32,28 @@ def test_apply_event(event: dict[str, Any], after: set[str], version: str) -> No
     objects: dict[Key, Mapping[str, Any]] = {("ns", "a"): obj("a", "1")}
     assert apply_event(objects, event) == version
     assert {name for _, name in objects} == after
+
+
+@pytest.mark.parametrize(
+    ("cached", "written", "read"),
+    [
+        pytest.param("5", "7", "written", id="the-write-is-newer"),
+        pytest.param("7", "7", "cached", id="the-watch-brought-the-write"),
+        pytest.param("9", "7", "cached", id="the-watch-brought-a-later-change"),
+        pytest.param("5", None, "cached", id="nothing-written"),
+        pytest.param(None, "7", None, id="nothing-cached"),
+        pytest.param("5", "x7", None, id="versions-that-are-not-numbers"),
+    ],
+)  # fmt: skip
+def test_newest_reads_your_own_write_until_the_watch_brings_it(
+    cached: str | None, written: str | None, read: str | None
+) -> None:
+    objects = {
+        "cached": obj("a", cached) if cached else None,
+        "written": obj("a", written) if written else None,
+    }
+    chosen = newest(objects["cached"], objects["written"])
+    assert chosen is (objects[read] if read else None)
 
 
 def test_a_410_error_event_is_gone() -> None:

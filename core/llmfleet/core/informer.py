@@ -67,6 +67,29 @@ def _version(obj: Mapping[str, Any] | None) -> object:
     return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
 
 
+def _number(obj: Mapping[str, Any]) -> int | None:
+    text = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else None
+
+
+def newest(
+    cached: Mapping[str, Any] | None, written: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """Read-your-writes: `written` (what a component's own write returned) when it is newer
+    than `cached` (what the watch has brought), else `cached`; None when there is nothing
+    cached or the versions are not numbers to compare (the caller decides: a GET, or the
+    cached object).
+
+    NOTE: resourceVersions are opaque in the API's contract; the API server's are etcd's
+    revision numbers, which only grow. Anything else is not compared."""
+    if cached is None or written is None:
+        return cached
+    mine, seen = _number(written), _number(cached)
+    if mine is None or seen is None:
+        return None
+    return written if mine > seen else cached
+
+
 class Informer:
     """Objects of one kind, kept current in a daemon thread (`start`; `stop` ends it at the
     next event or server timeout)."""
