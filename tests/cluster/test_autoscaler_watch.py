@@ -62,7 +62,7 @@ class HeldServices:
     def __call__(self, what: str, call: Callable[..., Any]) -> Informer:
         watcher = client_watcher(self.api, call)
         held = self._held(watcher) if what == "inferenceservices" else watcher
-        return Informer(what, client_lister(self.api, call), held)
+        return Informer(what, client_lister(self.api, call), held, interrupt=watcher.interrupt)
 
     def _held(self, watcher: Watcher) -> Watcher:
         def watch(version: str) -> Iterable[Mapping[str, Any]]:
