@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +32,10 @@ from llmfleet.operator.rollout import Analysis, Verdict, active, analysis_due
 from llmfleet.operator.settings import OperatorSettings
 
 Clock = Callable[[], datetime]
+BeforeStatus = Callable[[str, str], None]
+"""Called with (namespace, name) once a pass has applied and deleted its children, before it
+changes pods, posts Events or writes status: a test seam (`tests/cluster/crashing_operator.py`
+kills the process there, to show a restart converges). Production passes none."""
 log = logging.getLogger("llmfleet.operator")
 
 
@@ -82,8 +85,11 @@ class Reconciler:
         metrics: OperatorMetrics | None = None,
         clock: Clock = utc_now,
         analyst: Analyst | None = None,
+        *,
+        before_status: BeforeStatus | None = None,
     ) -> None:
         self.kube = kube
+        self.before_status = before_status
         self.settings = settings
         self.metrics = metrics or OperatorMetrics()
         self.series = ServiceSeries(self.metrics)
@@ -174,10 +180,8 @@ class Reconciler:
         if refused_deletes:
             failures += refused_deletes
             plan = desired(service, observed, self.settings, now, failures)
-        if os.environ.get("LLMFLEET_OPERATOR_FAULT") == "exit-before-status":
-            # Test-only fault injection: die after the children exist, before status is written.
-            log.error("%s/%s: fault injection: exiting before writing status", namespace, name)
-            os._exit(137)
+        if self.before_status is not None:
+            self.before_status(namespace, name)
         for change in plan.pod_changes:
             self.kube.change_pod(namespace, change)
         pool_changes = self.metrics.pod_changes
