@@ -24,7 +24,7 @@ from llmfleet.crds import InferenceService, InferenceServiceSpec
 from llmfleet.operator.analyst import PrometheusAnalyst
 from llmfleet.operator.drift import drifted, kept_immutable, patch_change
 from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
-from llmfleet.operator.kube import Kube, refusal
+from llmfleet.operator.kube import Kube, Transient, refusal
 from llmfleet.operator.metrics import OperatorMetrics, ServiceSeries
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.plan import Plan, desired
@@ -191,11 +191,13 @@ class Reconciler:
             log.info("%s/%s %s: %s", namespace, name, event.reason, event.message)
             try:
                 self.kube.event(body, event.reason, event.message, event.warning)
-            except ApiException as error:
+            except (ApiException, Transient) as refused:
+                answer = refused.error if isinstance(refused, Transient) else refused
                 # Events are best-effort (a namespace being deleted refuses them, an API server
                 # may throttle them): one line and a count, and the status is still written.
                 log.warning("%s/%s: event %s not posted: %s %s",
-                            namespace, name, event.reason, error.status, error.reason)  # fmt: skip
+                            namespace, name, event.reason, answer.status,
+                            answer.reason)  # fmt: skip
                 self.metrics.events_failed.labels(namespace, name, event.reason).inc()
         self._write_status(namespace, name, body, plan.status)
         self._publish(namespace, name, service, plan, observed)
