@@ -15,9 +15,12 @@ from llmfleet.core import loopback
 from tests.cluster.kube import Kube
 from tests.cluster.traced import traced, tracee
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 class CliProcess:
-    """`llmfleet COMMAND ARGS…` as a child process, its output appended to `log`; with `trace`,
+    """`llmfleet COMMAND ARGS…` as a child process, its output appended to `log` (`main`: another
+    module run as `python -m MAIN COMMAND ARGS…`, a test's variant); with `trace`,
     under strace, its every connect() written there. LLMFLEET_LOOPBACK_ONLY is on, as for every
     process the local tooling starts (kwok's pod IPs lead off the machine)."""
 
@@ -26,11 +29,24 @@ class CliProcess:
     stop_timeout = 20.0
 
     def __init__(
-        self, log: Path, command: str, *args: str, env: dict[str, str], trace: Path | None = None
+        self,
+        log: Path,
+        command: str,
+        *args: str,
+        env: dict[str, str],
+        trace: Path | None = None,
+        main: str = "llmfleet.core.cli",
     ) -> None:
         self.log = log
         self._out = log.open("ab")
-        argv = [sys.executable, "-m", "llmfleet.core.cli", command, *args]
+        argv = [sys.executable, "-m", main, command, *args]
+        if main != "llmfleet.core.cli":  # a module of this repository's tests
+            env = {
+                **env,
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+                ),
+            }
         self.traced = trace is not None
         self.process = subprocess.Popen(
             traced(argv, trace) if trace is not None else argv,
@@ -65,6 +81,7 @@ class OperatorProcess(CliProcess):
         *args: str,
         env: dict[str, str] | None = None,
         trace: Path | None = None,
+        main: str = "llmfleet.core.cli",
     ):
         environment = {
             "KUBECONFIG": str(kube.kubeconfig),
@@ -76,7 +93,7 @@ class OperatorProcess(CliProcess):
             # each probe before it connects (and the pod drains for the whole period).
             **(env or {}),
         }
-        super().__init__(log, "operator", *args, env=environment, trace=trace)
+        super().__init__(log, "operator", *args, env=environment, trace=trace, main=main)
 
 
 _PASSES = re.compile(

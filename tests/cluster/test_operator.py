@@ -14,6 +14,7 @@ import yaml
 
 from llmfleet.core.cluster.nodes import GPU_TYPES, gpu_node
 from llmfleet.crds import labels as L
+from tests.cluster.crashing_operator import KILLED
 from tests.cluster.kube import (
     Kube,
     condition,
@@ -268,14 +269,15 @@ def test_operator_killed_before_writing_status_converges_without_duplicates(
     kube: Kube, tmp_path: Path
 ) -> None:
     ns = "crash-test"
+    install_crds(kube)  # this test runs no `operator` fixture, which installs them otherwise
     kube.kubectl("create", "namespace", ns)
     try:
         kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
         crashing = OperatorProcess(
             kube, tmp_path / "crash.log", "--standalone", "-n", ns,
-            env={"LLMFLEET_OPERATOR_FAULT": "exit-before-status"},
+            main="tests.cluster.crashing_operator",
         )  # fmt: skip
-        assert crashing.wait(60) == 137, crashing.text()
+        assert crashing.wait(60) == KILLED, crashing.text()
         crashing.stop()
         assert kube.get("deployments", "-n", ns)["items"], "children were created before the kill"
         assert "status" not in kube.get("inferenceservices.llmfleet.dev/llama-8b", "-n", ns)

@@ -56,8 +56,8 @@ OPERATOR_CLUSTER_MUST_NOT = [
     ("create", "clusterroles.rbac.authorization.k8s.io"),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
 ]  # fmt: skip
-AUTOSCALER_NEEDS = [("list", ISVC), ("patch", f"{ISVC}#status"), ("list", "pods"),
-                    ("create", "events")]  # fmt: skip
+AUTOSCALER_NEEDS = [("list", ISVC), ("watch", ISVC), ("patch", f"{ISVC}#status"),
+                    ("list", "pods"), ("watch", "pods"), ("create", "events")]  # fmt: skip
 AUTOSCALER_MUST_NOT = [
     ("patch", ISVC), ("update", ISVC), ("patch", "pods"), ("delete", "pods"),
     ("patch", "deployments.apps"), ("get", "secrets"), ("list", "secrets"),

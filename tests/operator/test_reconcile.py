@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import Condition
 from llmfleet.operator.drift import stamped
+from llmfleet.operator.kube import Transient
 from llmfleet.operator.observed import Observed, ObservedChild
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.settings import OperatorSettings
@@ -58,7 +59,7 @@ class StandIn:
         self.status: dict[str, Any] = {}
         self.tried: list[tuple[str, str]] = []
         self.events: list[tuple[str, str, bool]] = []
-        self.refuse: Callable[[Mapping[str, Any]], ApiException | None] = lambda _: None
+        self.refuse: Callable[[Mapping[str, Any]], Exception | None] = lambda _: None
         self.refuse_events = False
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
         """(kind, name) -> each child applied, as stored (stamped); observed only with `keep`."""
@@ -164,6 +165,27 @@ def test_a_refused_event_is_counted_and_the_status_is_still_written() -> None:
         {"namespace": "team", "service": body["metadata"]["name"], "reason": "NoServingReplicas"},
     )
     assert failed == 1
+
+
+def test_a_throttled_apply_ends_the_pass_unreported_and_the_next_pass_applies_it() -> None:
+    """A transient answer (`kube.Transient`, raised at once: nothing sleeps in a pass) is no
+    refusal: no condition, no child back-off; the service's loop runs the pass again."""
+    body = service_body()
+    kube = StandIn(body)
+    throttled = Transient(refusal(429, "TooManyRequests", "slow down"))
+    kube.refuse = lambda manifest: throttled if manifest["kind"] == "Deployment" else None
+    clock = Clock()
+    reconciler = Reconciler(kube, SETTINGS, clock=clock)  # type: ignore[arg-type]
+
+    with pytest.raises(Transient):
+        reconciler.reconcile("team", body["metadata"]["name"])
+    assert kube.status_writes == 0
+
+    kube.refuse = lambda _: None
+    tried = len(kube.tried)
+    reconciler.reconcile("team", body["metadata"]["name"])  # at once: no back-off stands
+    assert DEPLOYMENT in kube.tried[tried:]
+    assert all(c["reason"] != "ApplyFailed" for c in kube.status["conditions"])
 
 
 DEPLOYMENT = ("Deployment", "llama-8b-unified")

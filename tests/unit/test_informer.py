@@ -3,14 +3,19 @@ resourceVersion; a new LIST only on 410 Gone or a failure."""
 
 from __future__ import annotations
 
+import functools
+import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from kubernetes import client
 
-from llmfleet.core.informer import Gone, Informer, Key, apply_event
+from llmfleet.core.informer import Gone, Informer, Key, apply_event, client_informer, newest
+from tests.net import require_isolation
 
 
 def obj(name: str, version: str, **extra: Any) -> dict[str, Any]:
@@ -32,6 +37,28 @@ def test_apply_event(event: dict[str, Any], after: set[str], version: str) -> No
     objects: dict[Key, Mapping[str, Any]] = {("ns", "a"): obj("a", "1")}
     assert apply_event(objects, event) == version
     assert {name for _, name in objects} == after
+
+
+@pytest.mark.parametrize(
+    ("cached", "written", "read"),
+    [
+        pytest.param("5", "7", "written", id="the-write-is-newer"),
+        pytest.param("7", "7", "cached", id="the-watch-brought-the-write"),
+        pytest.param("9", "7", "cached", id="the-watch-brought-a-later-change"),
+        pytest.param("5", None, "cached", id="nothing-written"),
+        pytest.param(None, "7", None, id="nothing-cached"),
+        pytest.param("5", "x7", None, id="versions-that-are-not-numbers"),
+    ],
+)  # fmt: skip
+def test_newest_reads_your_own_write_until_the_watch_brings_it(
+    cached: str | None, written: str | None, read: str | None
+) -> None:
+    objects = {
+        "cached": obj("a", cached) if cached else None,
+        "written": obj("a", written) if written else None,
+    }
+    chosen = newest(objects["cached"], objects["written"])
+    assert chosen is (objects[read] if read else None)
 
 
 def test_a_410_error_event_is_gone() -> None:
@@ -144,3 +171,60 @@ def test_the_index_follows_adds_deletes_and_label_changes_and_each_change_is_tol
     # Each with the version the cache held before (a deleted object as last seen).
     assert told[:3] == [("p3", "3", None), ("p1", "4", "1"), ("p2", "5", "2")]
     assert sorted(told[3:]) == [("p3", "3", "3"), ("p4", "7", None)]
+
+
+class IdleApiServer(BaseHTTPRequestHandler):
+    """A pods endpoint on 127.0.0.1: a LIST of none, and a watch that sends its headers and
+    then nothing (an idle watch) until the client goes or the test ends."""
+
+    watching = threading.Event()
+    finished = threading.Event()
+
+    def do_GET(self) -> None:
+        if "watch=true" not in self.path.lower():
+            body = json.dumps({"kind": "PodList", "apiVersion": "v1", "items": [],
+                               "metadata": {"resourceVersion": "1"}}).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        type(self).watching.set()
+        type(self).finished.wait(STOP_SECONDS * 2)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+STOP_SECONDS = 10
+"""Deadline for a stopped informer's thread to end; its idle watch would otherwise wait for
+the server's `WATCH_SECONDS` (240)."""
+
+
+def test_stop_ends_an_idle_watch_at_once() -> None:
+    require_isolation()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), IdleApiServer)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    api = client.ApiClient(configuration)
+    informer = client_informer(
+        "pods", api, functools.partial(client.CoreV1Api(api).list_namespaced_pod, "ns")
+    )
+    informer.start()
+    try:
+        assert informer.wait_synced(STOP_SECONDS), "no first LIST"
+        assert IdleApiServer.watching.wait(STOP_SECONDS), "no watch opened"
+        informer.stop()
+        assert informer.join(STOP_SECONDS), "stop() left the idle watch open"
+    finally:
+        IdleApiServer.finished.set()
+        server.shutdown()
+        server.server_close()

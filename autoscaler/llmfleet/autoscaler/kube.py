@@ -1,8 +1,11 @@
-"""The autoscaler's Kubernetes I/O: list services, keep their pods, write `status.autoscaling`.
+"""The autoscaler's Kubernetes I/O: keep the services and their pods, write `status.autoscaling`.
 
-Engine pods come from a watch (`llmfleet.core.informer`: a LIST with the server-side selector
-`llmfleet.dev/service`, then a WATCH resumed from its resourceVersion): a pass reads them from
-memory, with no request.
+InferenceServices and engine pods come from watches (`llmfleet.core.informer`: a LIST, the pods'
+with the server-side selector `llmfleet.dev/service`, then a WATCH resumed from its
+resourceVersion), one per namespace or one for the cluster: a pass reads them from memory, with
+no request. A service reads as this autoscaler's own last status write returned it while the
+watch has not brought that write yet (`newest`), so the pass after a write neither writes it
+again nor reports its change twice.
 
 It only ever writes the status subresource's `autoscaling` key (a JSON merge patch, so the
 operator's keys are untouched) and Events; never `spec`.
@@ -11,7 +14,9 @@ operator's keys are untouched) and Events; never `spec`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,11 +24,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.autoscaler.pods import PodView
-from llmfleet.core.informer import Informer, client_informer
+from llmfleet.core.informer import Informer, Key, client_informer, key_of, newest
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import GROUP, PLURAL, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
+InformerFactory = Callable[[str, Callable[..., Any]], Informer]
+"""Makes an informer (not started) of `what` over a bound list method of the Kubernetes client
+(`client_informer`; a test may hold back its watch's events)."""
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
@@ -57,26 +65,66 @@ class Kube:
         namespaces: list[str],
         field_manager: str,
         sync_timeout: float = 30.0,
+        informer: InformerFactory | None = None,
     ) -> None:
         self.api = api
+        self._informer = informer or (lambda what, call: client_informer(what, api, call))
         self.sync_timeout = sync_timeout
         self._pods: list[Informer] | None = None
+        self._services: list[Informer] | None = None
+        self._lock = threading.Lock()
+        self._written: dict[Key, Mapping[str, Any]] = {}
+        """Services as this autoscaler's status writes returned them, until the watch brings
+        that version or a newer one, or loses the service."""
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespaces = namespaces
         self.field_manager = field_manager
 
+    def _started(self, what: str, calls: Sequence[Callable[..., Any]]) -> list[Informer]:
+        informers = [self._informer(what, call) for call in calls]
+        for informer in informers:
+            informer.start()
+        return informers
+
+    def _synced(self, informers: list[Informer]) -> list[Mapping[str, Any]]:
+        """Every object the informers hold; waits up to `sync_timeout` in all for their first
+        LISTs (TimeoutError after)."""
+        deadline = time.monotonic() + self.sync_timeout
+        found: list[Mapping[str, Any]] = []
+        for informer in informers:
+            if not informer.wait_synced(max(deadline - time.monotonic(), 0.0)):
+                raise TimeoutError(f"no first LIST of {informer.what} in {self.sync_timeout:.0f}s")
+            found += informer.items()
+        return found
+
+    def service_informers(self) -> list[Informer]:
+        """The InferenceServices' informers (one per namespace, or one for the cluster),
+        started on first use."""
+        if self._services is None:
+            calls = (
+                [functools.partial(self.custom.list_namespaced_custom_object, GROUP, VERSION,
+                                   namespace, PLURAL) for namespace in self.namespaces]
+                if self.namespaces
+                else [functools.partial(self.custom.list_cluster_custom_object, GROUP,
+                                        VERSION, PLURAL)]
+            )  # fmt: skip
+            self._services = self._started(PLURAL, calls)
+        return self._services
+
     def list_services(self) -> list[dict[str, Any]]:
-        if not self.namespaces:
-            body: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-            return list(body["items"])
-        items: list[dict[str, Any]] = []
-        for namespace in self.namespaces:
-            listed: Any = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL
-            )
-            items += listed["items"]
-        return items
+        """Every InferenceService, from memory: as the watch brought it, or as this
+        autoscaler's last status write returned it when that is newer (`newest`). The first
+        call waits up to `sync_timeout` for the first LIST (TimeoutError after)."""
+        found = {key_of(obj): obj for obj in self._synced(self.service_informers())}
+        with self._lock:
+            for key, written in list(self._written.items()):
+                cached = found.get(key)
+                if cached is not None and newest(cached, written) is written:
+                    found[key] = written
+                else:  # the watch has caught up, lost the service, or cannot be compared
+                    del self._written[key]
+        return [dict(obj) for obj in found.values()]
 
     def pod_informers(self) -> list[Informer]:
         """The engine pods' informers (one per namespace, or one for the cluster), started on
@@ -90,33 +138,28 @@ class Kube:
                 else [functools.partial(self.core.list_pod_for_all_namespaces,
                                         label_selector=selector)]
             )  # fmt: skip
-            self._pods = [client_informer("pods", self.api, c) for c in calls]
-            for informer in self._pods:
-                informer.start()
+            self._pods = self._started("pods", calls)
         return self._pods
 
     def list_pods(self) -> dict[tuple[str, str], list[PodView]]:
         """Engine pods of every service, keyed by (namespace, service name), from memory; the
         first call waits up to `sync_timeout` for the first LIST (TimeoutError after)."""
         result: dict[tuple[str, str], list[PodView]] = {}
-        for informer in self.pod_informers():
-            if not informer.wait_synced(self.sync_timeout):
-                raise TimeoutError(f"no first LIST of pods in {self.sync_timeout:.0f}s")
-            for pod in informer.items():
-                key = service_of(pod)
-                if key is not None:
-                    result.setdefault(key, []).append(pod_view(pod))
+        for pod in self._synced(self.pod_informers()):
+            key = service_of(pod)
+            if key is not None:
+                result.setdefault(key, []).append(pod_view(pod))
         return result
 
     def stop(self) -> None:
-        """End the pods' watches (at their next event or the server's timeout)."""
-        for informer in self._pods or []:
+        """End the services' and pods' watches."""
+        for informer in [*(self._services or []), *(self._pods or [])]:
             informer.stop()
 
     def write_autoscaling(self, namespace: str, name: str, autoscaling: Mapping[str, Any]) -> bool:
         """Merge-patch `status.autoscaling`; False when the service is gone."""
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            written: Any = self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
                 namespace,
@@ -130,6 +173,9 @@ class Kube:
             if error.status == 404:
                 return False
             raise
+        if isinstance(written, Mapping) and isinstance(written.get("metadata"), Mapping):
+            with self._lock:
+                self._written[key_of(written)] = written
         return True
 
     def event(self, service: Mapping[str, Any], reason: str, message: str) -> None:

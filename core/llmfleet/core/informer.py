@@ -11,12 +11,17 @@ An informer may keep an index (`index`: an object's key in it, None for none) an
 `on_change` with every object that an event or a LIST after the first changed (a deleted one
 as last seen), and the object the cache held before (None for a new one), after the cache
 holds the change: a reader woken by `on_change` sees it.
+
+`stop` ends the thread promptly, an idle watch included: it sets the stop flag and calls
+`interrupt` (the client's watcher closes the open response's socket), so the blocked read
+returns at once instead of at the next event or the server's timeout.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any, cast
@@ -33,6 +38,9 @@ Index = Callable[[Mapping[str, Any]], Hashable | None]
 """An object's key in an informer's index; None: not indexed."""
 OnChange = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
 """Told (the object, the object as the cache held it before or None)."""
+Interrupt = Callable[[], None]
+"""Called by `stop` from another thread: ends the watch in progress (its iterator stops or
+raises) and any later one at once."""
 
 WATCH_SECONDS = 240
 """How long the API server keeps one watch open before ending it (the informer resumes)."""
@@ -67,9 +75,32 @@ def _version(obj: Mapping[str, Any] | None) -> object:
     return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
 
 
+def _number(obj: Mapping[str, Any]) -> int | None:
+    text = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else None
+
+
+def newest(
+    cached: Mapping[str, Any] | None, written: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """Read-your-writes: `written` (what a component's own write returned) when it is newer
+    than `cached` (what the watch has brought), else `cached`; None when there is nothing
+    cached or the versions are not numbers to compare (the caller decides: a GET, or the
+    cached object).
+
+    NOTE: resourceVersions are opaque in the API's contract; the API server's are etcd's
+    revision numbers, which only grow. Anything else is not compared."""
+    if cached is None or written is None:
+        return cached
+    mine, seen = _number(written), _number(cached)
+    if mine is None or seen is None:
+        return None
+    return written if mine > seen else cached
+
+
 class Informer:
-    """Objects of one kind, kept current in a daemon thread (`start`; `stop` ends it at the
-    next event or server timeout)."""
+    """Objects of one kind, kept current in a daemon thread (`start`; `stop` ends it, at once
+    with an `interrupt`, else at the watch's next event or the server's timeout)."""
 
     def __init__(
         self,
@@ -80,8 +111,10 @@ class Informer:
         *,
         index: Index | None = None,
         on_change: OnChange | None = None,
+        interrupt: Interrupt | None = None,
     ) -> None:
         self.what = what
+        self._interrupt = interrupt
         self._list, self._watch = lister, watcher
         self._retry = retry_seconds
         self._index_of = index
@@ -100,6 +133,14 @@ class Informer:
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._interrupt is not None:
+            self._interrupt()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the thread to end (after `stop`); whether it has."""
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
@@ -181,6 +222,8 @@ class Informer:
             except Gone:
                 version = None  # the window moved on: LIST again
             except Exception as error:  # the API server away, a refusal: keep the last objects
+                if self._stopped.is_set():
+                    return  # an interrupted watch ends in an error: no failure
                 failures += 1
                 if failures == 1:
                     log.warning("watch of %s failed, retrying every %.0fs: %s",
@@ -214,26 +257,63 @@ def client_lister(api: Any, call: Callable[..., Any]) -> Lister:
     return list_once
 
 
-def client_watcher(api: Any, call: Callable[..., Any]) -> Watcher:
-    """`call` (as `client_lister`) as a `Watcher`: a watch with bookmarks, ended by the server
-    after `WATCH_SECONDS`."""
-    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415
+def _shut(response: Any) -> None:
+    """End a streaming response from another thread: shut its socket down (a blocked read
+    returns at once; closing the file alone does not wake it)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+        else:
+            response.close()
+    except OSError:
+        pass  # closed already
 
-    def watch(version: str) -> Iterator[Mapping[str, Any]]:
-        response = _checked(api, call(
+
+class ClientWatcher:
+    """`call` (as `client_lister`) as a `Watcher`: a watch with bookmarks, ended by the server
+    after `WATCH_SECONDS`, or at once by `interrupt` (then no watch opens again)."""
+
+    def __init__(self, api: Any, call: Callable[..., Any]) -> None:
+        self._api, self._call = api, call
+        self._lock = threading.Lock()
+        self._open: Any = None
+        self._interrupted = False
+
+    def __call__(self, version: str) -> Iterator[Mapping[str, Any]]:
+        from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415
+
+        response = _checked(self._api, self._call(
             watch=True, resource_version=version, allow_watch_bookmarks=True,
             timeout_seconds=WATCH_SECONDS, _preload_content=False,
             _request_timeout=(10, WATCH_SECONDS + 30),
         ))  # fmt: skip
+        with self._lock:
+            interrupted = self._interrupted
+            self._open = None if interrupted else response
         try:
+            if interrupted:
+                return
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if line.strip():
                     yield cast(Mapping[str, Any], json.loads(line))
         finally:
+            with self._lock:
+                self._open = None
             response.close()
             response.release_conn()
 
-    return watch
+    def interrupt(self) -> None:
+        with self._lock:
+            self._interrupted = True
+            response = self._open
+        if response is not None:
+            _shut(response)
+
+
+def client_watcher(api: Any, call: Callable[..., Any]) -> ClientWatcher:
+    """`call` (as `client_lister`) as a `Watcher` (`ClientWatcher`)."""
+    return ClientWatcher(api, call)
 
 
 def client_informer(
@@ -244,6 +324,8 @@ def client_informer(
     index: Index | None = None,
     on_change: OnChange | None = None,
 ) -> Informer:
-    """An informer over a generated client's list method (not started)."""
-    return Informer(what, client_lister(api, call), client_watcher(api, call),
-                    index=index, on_change=on_change)  # fmt: skip
+    """An informer over a generated client's list method (not started); `stop` ends its watch
+    at once."""
+    watcher = ClientWatcher(api, call)
+    return Informer(what, client_lister(api, call), watcher, index=index,
+                    on_change=on_change, interrupt=watcher.interrupt)  # fmt: skip

@@ -346,7 +346,7 @@ class KubeDiscovery:
                 await self._task
         stop = getattr(self._lister, "stop", None)
         if stop is not None:
-            stop()  # a WatchedLister's watches end at their next event or server timeout
+            stop()  # a WatchedLister's watches end at once (`Informer.stop`)
 
     def services(self) -> Mapping[str, Service]:
         return self._services

@@ -14,6 +14,8 @@ from llmfleet.operator.settings import OperatorSettings
 if TYPE_CHECKING:
     from kubernetes import client
 
+    from llmfleet.operator.reconcile import BeforeStatus
+
 # kopf, the Kubernetes client and the operator's modules are imported by `run`, not here:
 # `llmfleet --help` loads this module to list the command and must stay fast.
 app = typer.Typer(add_completion=False)
@@ -74,6 +76,18 @@ def run(
 
     Reconciles each InferenceService into pools of engine pods, Services and disruption budgets,
     against the current kubeconfig. Settings: environment LLMFLEET_OPERATOR_*."""
+    serve(namespace, peering, standalone=standalone)
+
+
+def serve(
+    namespace: list[str] | None,
+    peering: str | None,
+    *,
+    standalone: bool,
+    before_status: BeforeStatus | None = None,
+) -> None:
+    """`run`'s body; `before_status` is the reconciler's test seam (`reconcile.BeforeStatus`),
+    none from the command line."""
     import kopf
     from prometheus_client import start_http_server
 
@@ -109,7 +123,7 @@ def run(
     kube = Kube(api, settings.field_manager, watched, partial(probe_in_flight, guard=guard))
     if not settings.probe_in_flight:
         kube.in_flight = lambda _ip, _port: None
-    reconciler = Reconciler(kube, settings, metrics)
+    reconciler = Reconciler(kube, settings, metrics, before_status=before_status)
     registry = build_registry(reconciler, settings.resync_seconds, watched)
     peering_args: dict[str, Any] = {"standalone": True}
     if not standalone:

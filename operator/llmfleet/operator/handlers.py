@@ -4,7 +4,8 @@ Each service gets an async daemon that runs a reconcile pass (in a small thread 
 sleeps until a change wakes it (to the service, seen by kopf's watch and by the watches that
 feed the passes' reads, `watched.py`; to one of its children or pods, seen by the latter), or
 the requeue delay / resync period passes. A pass that fails as a whole waits out an
-exponential back-off, cut short only by an edit of the service's spec.
+exponential back-off (or the API server's Retry-After, when it throttled the pass: `Transient`;
+no pass sleeps in its thread), cut short only by an edit of the service's spec.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import GROUP, PLURAL, VERSION
-from llmfleet.operator.failures import retry_delay
-from llmfleet.operator.kube import CHILD_KINDS, api_message
+from llmfleet.operator.failures import requeue_delay
+from llmfleet.operator.kube import CHILD_KINDS, Transient, api_message
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.watched import Watched
 
@@ -134,9 +135,10 @@ def build_registry(
                     return  # deleted: owner references let the garbage collector finish
                 except Exception as error:  # the pass backs off and is retried; the loop lives
                     failures += 1
-                    delay = retry_delay(
-                        failures, settings.retry_seconds, settings.retry_max_seconds
-                    )
+                    delay = requeue_delay(
+                        failures, settings.retry_seconds, settings.retry_max_seconds,
+                        error.retry_after if isinstance(error, Transient) else None,
+                    )  # fmt: skip
                     _log_failed_pass(namespace, name, error, failures, delay)
                     await triggers.back_off(namespace, name, delay)
                     continue
@@ -163,6 +165,8 @@ def _log_failed_pass(
 ) -> None:
     """One line per failed pass: the API server's answer as it said it; a traceback only for
     what is not an answer (a bug, a lost connection)."""
+    if isinstance(error, Transient):
+        error = error.error
     if isinstance(error, ApiException):
         log.warning("reconcile of %s/%s failed (%d in a row): the API server answered %s %s: %s; "
                     "next try in %.0fs", namespace, name, failures, error.status, error.reason,

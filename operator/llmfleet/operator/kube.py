@@ -5,7 +5,9 @@ ServiceMonitor CRD (once a minute), and, only while they explain something, node
 EndpointSlices are read from the API server.
 
 Every write goes through one field manager. Conflicts with other managers are forced (we own
-what we write: drift is reverted), transient API errors are retried a few times.
+what we write: drift is reverted). No call sleeps to retry: a transient answer (a conflict,
+throttling, unavailability) raises `Transient`, which ends the pass, and the service's loop
+requeues it after the server's Retry-After or its back-off (`handlers.py`), holding no thread.
 """
 
 from __future__ import annotations
@@ -36,23 +38,47 @@ from llmfleet.operator.watched import POD, SERVICE, Watched
 
 T = TypeVar("T")
 RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
-"""Answers worth asking again at once: conflicts, throttling, server errors."""
+"""Answers worth asking again soon: conflicts, throttling, server errors (`Transient`)."""
 RETRYABLE_WRITE = RETRYABLE - {500}
 """For writes, a 500 is as likely the object's fault (the API server answers some invalid specs
 with it) as the server's: the pass reports it and the child's back-off tries again later."""
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 
 
-def retrying(call: Callable[[], T], attempts: int = 5, retryable: frozenset[int] = RETRYABLE) -> T:
-    """Run an API call, retrying `retryable` answers with backoff (about 3 s in all)."""
-    for attempt in range(attempts):
-        try:
-            return call()
-        except ApiException as error:
-            if error.status not in retryable or attempt == attempts - 1:
-                raise
-            time.sleep(min(0.2 * 2**attempt, 2.0))
-    raise AssertionError("unreachable")
+class Transient(Exception):
+    """The API server answered something worth asking again soon (`RETRYABLE`): the pass ends
+    here, unlike a refusal (an `ApiException`, which a pass reports), and its service's loop
+    runs it again after `retry_after` (the answer's Retry-After, in seconds) or its back-off,
+    whichever is longer."""
+
+    def __init__(self, error: ApiException) -> None:
+        super().__init__(f"{error.status} {error.reason}: {api_message(error)}")
+        self.error = error
+        self.retry_after = retry_after(error)
+
+
+def retry_after(error: ApiException) -> float | None:
+    """The answer's Retry-After header in seconds (the API server sends whole seconds with a
+    429); None without one, or with a date or anything else."""
+    headers: Mapping[str, Any] = error.headers or {}
+    for header, value in headers.items():
+        if str(header).lower() == "retry-after":
+            try:
+                return max(float(value), 0.0)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def asked(call: Callable[[], T], retryable: frozenset[int] = RETRYABLE) -> T:
+    """One API call; a `retryable` answer raises `Transient` (nothing sleeps here), any other
+    refusal its `ApiException`."""
+    try:
+        return call()
+    except ApiException as error:
+        if error.status in retryable:
+            raise Transient(error) from error
+        raise
 
 
 def api_message(error: ApiException) -> str:
@@ -229,7 +255,7 @@ class Kube:
         not list nodes (a namespaced install): the conditions then say only what the scheduler
         says."""
         try:
-            listing = retrying(lambda: self.core.list_node(label_selector=GPU_PRODUCT_LABEL))
+            listing = asked(lambda: self.core.list_node(label_selector=GPU_PRODUCT_LABEL))
         except ApiException as error:
             if error.status != 403:
                 raise
@@ -248,7 +274,7 @@ class Kube:
         try:
             body = cast(
                 dict[str, Any],
-                retrying(
+                asked(
                     lambda: self.custom.get_namespaced_custom_object(
                         GROUP, VERSION, namespace, PLURAL, name
                     )
@@ -332,7 +358,7 @@ class Kube:
         labels, so one list finds every pool's)."""
         path = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
         query = [("labelSelector", f"{L.SERVICE}={name},{L.POOL}")]
-        listing = retrying(partial(self._call, "GET", path, query))
+        listing = asked(partial(self._call, "GET", path, query))
         counts: dict[str, int] = {}
         for item in listing.get("items") or []:
             pool = item["metadata"]["labels"][L.POOL]
@@ -370,13 +396,13 @@ class Kube:
     def apply(self, manifest: Mapping[str, Any]) -> None:
         """Server-side apply one object (forcing conflicts: what we manage, we own).
 
-        Raises ApiException when the API server refuses it (after retrying throttling and
-        unavailability for a few seconds)."""
+        Raises ApiException when the API server refuses it, `Transient` when it is throttled
+        or unavailable."""
         metadata = manifest["metadata"]
         path = _object_path(manifest["apiVersion"], manifest["kind"], metadata.get("namespace"))
         query = [("fieldManager", self.field_manager), ("force", "true")]
         body = apply_body(manifest)
-        applied = retrying(
+        applied = asked(
             lambda: self._call("PATCH", f"{path}/{metadata['name']}", query, body,
                                "application/apply-patch+yaml"),
             retryable=RETRYABLE_WRITE,
@@ -393,7 +419,7 @@ class Kube:
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
                    "preconditions": {"uid": child.uid}}  # fmt: skip
         try:
-            retrying(lambda: self._call("DELETE", path, [], options), retryable=RETRYABLE_DELETE)
+            asked(lambda: self._call("DELETE", path, [], options), retryable=RETRYABLE_DELETE)
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
@@ -422,7 +448,7 @@ class Kube:
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource; keys we do not send (autoscaling) are kept."""
         try:
-            written = retrying(
+            written = asked(
                 lambda: self.custom.patch_namespaced_custom_object_status(
                     GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
                 )
@@ -456,4 +482,4 @@ class Kube:
             last_timestamp=now,
             count=1,
         )
-        retrying(lambda: self.core.create_namespaced_event(metadata["namespace"], event))
+        asked(lambda: self.core.create_namespaced_event(metadata["namespace"], event))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -25,7 +24,7 @@ from llmfleet.crds import InferenceService, InferenceServiceSpec
 from llmfleet.operator.analyst import PrometheusAnalyst
 from llmfleet.operator.drift import drifted, kept_immutable, patch_change
 from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
-from llmfleet.operator.kube import Kube, refusal
+from llmfleet.operator.kube import Kube, Transient, refusal
 from llmfleet.operator.metrics import OperatorMetrics, ServiceSeries
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.plan import Plan, desired
@@ -33,6 +32,10 @@ from llmfleet.operator.rollout import Analysis, Verdict, active, analysis_due
 from llmfleet.operator.settings import OperatorSettings
 
 Clock = Callable[[], datetime]
+BeforeStatus = Callable[[str, str], None]
+"""Called with (namespace, name) once a pass has applied and deleted its children, before it
+changes pods, posts Events or writes status: a test seam (`tests/cluster/crashing_operator.py`
+kills the process there, to show a restart converges). Production passes none."""
 log = logging.getLogger("llmfleet.operator")
 
 
@@ -82,8 +85,11 @@ class Reconciler:
         metrics: OperatorMetrics | None = None,
         clock: Clock = utc_now,
         analyst: Analyst | None = None,
+        *,
+        before_status: BeforeStatus | None = None,
     ) -> None:
         self.kube = kube
+        self.before_status = before_status
         self.settings = settings
         self.metrics = metrics or OperatorMetrics()
         self.series = ServiceSeries(self.metrics)
@@ -174,10 +180,8 @@ class Reconciler:
         if refused_deletes:
             failures += refused_deletes
             plan = desired(service, observed, self.settings, now, failures)
-        if os.environ.get("LLMFLEET_OPERATOR_FAULT") == "exit-before-status":
-            # Test-only fault injection: die after the children exist, before status is written.
-            log.error("%s/%s: fault injection: exiting before writing status", namespace, name)
-            os._exit(137)
+        if self.before_status is not None:
+            self.before_status(namespace, name)
         for change in plan.pod_changes:
             self.kube.change_pod(namespace, change)
         pool_changes = self.metrics.pod_changes
@@ -187,11 +191,13 @@ class Reconciler:
             log.info("%s/%s %s: %s", namespace, name, event.reason, event.message)
             try:
                 self.kube.event(body, event.reason, event.message, event.warning)
-            except ApiException as error:
+            except (ApiException, Transient) as refused:
+                answer = refused.error if isinstance(refused, Transient) else refused
                 # Events are best-effort (a namespace being deleted refuses them, an API server
                 # may throttle them): one line and a count, and the status is still written.
                 log.warning("%s/%s: event %s not posted: %s %s",
-                            namespace, name, event.reason, error.status, error.reason)  # fmt: skip
+                            namespace, name, event.reason, answer.status,
+                            answer.reason)  # fmt: skip
                 self.metrics.events_failed.labels(namespace, name, event.reason).inc()
         self._write_status(namespace, name, body, plan.status)
         self._publish(namespace, name, service, plan, observed)
