@@ -120,8 +120,9 @@ def _by_pod(system: LocalSystem, promql: str) -> dict[str, float]:
 
 
 def _series(system: LocalSystem, metric: str) -> dict[str, float]:
-    """`metric` of the service's engines by pod, as the system's Prometheus scraped it."""
-    return _by_pod(system, f'{metric}{{llmfleet_dev_service="{SERVICE}"}}')
+    """`metric` of the service's engines by pod (summed over its other labels, such as a
+    counter's `finished_reason`), as the system's Prometheus scraped it."""
+    return _by_pod(system, f'sum by (pod) ({metric}{{llmfleet_dev_service="{SERVICE}"}})')
 
 
 def _settled(system: LocalSystem, metric: str, at_least: float) -> dict[str, float]:
@@ -144,7 +145,7 @@ def test_chat_completions_and_streams_are_answered_by_real_vllm(tiny: LocalSyste
         assert answer.usage is not None
         assert answer.usage.completion_tokens > 0
         pods = {pod["status"]["podIP"]: pod["metadata"]["name"] for pod in tiny.pods(SERVICE)}
-        host = raw.headers["x-llmfleet-endpoint"].split("//", 1)[1].rsplit(":", 1)[0]
+        host = _host(raw.headers["x-llmfleet-endpoint"])
         assert host in pods, (raw.headers["x-llmfleet-endpoint"], pods)
         completion = api.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8)
         assert completion.choices[0].text
@@ -238,50 +239,73 @@ def test_the_gateway_autoscaler_and_rules_read_the_real_series(tiny: LocalSystem
     assert all(0 <= value <= 1 for value in kv.values()), kv
 
 
-def _stream(api: openai.OpenAI, tally: Tally, started: threading.Event) -> None:
-    try:
-        finish = None
-        for chunk in api.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Write at length"}],
+class Streams:
+    """Streams started one by one until both engines carry at least one (the gateway's endpoint
+    header says which), each then read to its end in a thread of its own."""
+
+    def __init__(self, system: LocalSystem) -> None:
+        self.system = system
+        self.tally = Tally()
+        self.endpoints: list[str] = []
+        self.threads: list[threading.Thread] = []
+
+    def start_one(self, n: int) -> None:
+        api = client(self.system, timeout=300)
+        raw = api.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": f"Story {n}: write at length"}],
             max_tokens=DRAIN_TOKENS, stream=True, extra_body={"ignore_eos": True},
-        ):  # fmt: skip
-            started.set()
-            if chunk.choices and chunk.choices[0].finish_reason:
-                finish = chunk.choices[0].finish_reason
-        tally.add("ok" if finish == "length" else "lost")
-    except openai.APIError as error:
-        tally.add(type(error).__name__)
+        )  # fmt: skip
+        self.endpoints.append(raw.headers["x-llmfleet-endpoint"])
+        thread = threading.Thread(target=self._read, args=(api, raw.parse()), daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def _read(self, api: openai.OpenAI, stream: Any) -> None:
+        try:
+            finish = None
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+            self.tally.add("ok" if finish == "length" else "lost")
+        except openai.APIError as error:
+            self.tally.add(type(error).__name__)
+        finally:
+            api.close()
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(300)
+            assert not thread.is_alive(), "a stream hung"
 
 
 def test_a_scale_down_drains_in_flight_streams(tiny: LocalSystem) -> None:
     """Streams run on both engines when the pool goes from 2 to 1: the pod that goes is taken
-    out of routing, its launcher drains (preStop) and every stream finishes."""
-    tally, threads, started = Tally(), [], []
-    apis = [client(tiny, timeout=300) for _ in range(4)]
-    for api in apis:
-        begun = threading.Event()
-        started.append(begun)
-        threads.append(threading.Thread(target=_stream, args=(api, tally, begun), daemon=True))
-        threads[-1].start()
-    for begun in started:
-        assert begun.wait(120), "a stream did not start"
-    pods = serving(tiny, SERVICE)
+    out of routing, its launcher drains (preStop) and every stream finishes, those it carried
+    included."""
+    ips = {pod["status"]["podIP"]: pod["metadata"]["name"] for pod in tiny.pods(SERVICE)}
+    streams = Streams(tiny)
+    while len({ips[_host(e)] for e in streams.endpoints}) < 2 and len(streams.endpoints) < 8:
+        streams.start_one(len(streams.endpoints))
+    carried = {name: sum(ips[_host(e)] == name for e in streams.endpoints) for name in ips.values()}
+    assert all(carried.values()), f"the gateway sent no stream to one engine: {carried}"
     began = time.monotonic()
     tiny.kubectl("patch", "inferenceservice", SERVICE, "-n", "default", "--type=merge", "-p",
                  '{"spec":{"topology":{"unified":{"replicas":1,"minReplicas":1,'
                  '"maxReplicas":1}}}}')  # fmt: skip
-    for thread in threads:
-        thread.join(300)
-        assert not thread.is_alive(), "a stream hung"
-    for api in apis:
-        api.close()
+    streams.join()
     wait_for(lambda: len(tiny.pods(SERVICE)) == 1 or None, 180, "one vLLM pod left")
-    gone = next(pod for pod in pods if pod not in serving(tiny, SERVICE))
-    print(tally.row("scale-down of real vLLM under streams"))
-    print(f"REAL VLLM scale-down: {gone} gone {time.monotonic() - began:.0f} s after the patch")
-    assert tally.answered == 4, tally.row("scale-down")
-    assert tally.lost == 0
-    assert not tally.failed
+    gone = next(name for name in ips.values() if name not in serving(tiny, SERVICE))
+    print(streams.tally.row("scale-down of real vLLM under streams"))
+    print(f"REAL VLLM scale-down: {gone} (carrying {carried[gone]} of {len(streams.endpoints)} "
+          f"streams) gone {time.monotonic() - began:.0f} s after the patch")  # fmt: skip
+    assert streams.tally.answered == len(streams.endpoints), streams.tally.row("scale-down")
+    assert streams.tally.lost == 0
+    assert not streams.tally.failed
+
+
+def _host(endpoint: str) -> str:
+    """The address in the gateway's `x-llmfleet-endpoint` (`http://IP:PORT`)."""
+    return endpoint.split("//", 1)[1].rsplit(":", 1)[0]
 
 
 def test_a_forced_preemption_shows_in_the_alert_that_watches_it(tiny: LocalSystem) -> None:
