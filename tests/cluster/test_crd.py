@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet.crds import engine_args, render, validation
+from llmfleet.crds import engine_args, kubectl_yaml, render, validation
 from tests.cluster.kube import Kube
 from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, YAML_DIALECT, Case
 from tests.runtime.test_admission_agrees import WORDS
@@ -67,7 +67,7 @@ def test_a_manifest_just_inside_the_rules_is_accepted(
     kube: Kube, namespace: str, name: str
 ) -> None:
     kube.kubectl("apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-",
-                 stdin=yaml.safe_dump(VALID_AT_THE_EDGE[name]))  # fmt: skip
+                 stdin=kubectl_yaml.dump(VALID_AT_THE_EDGE[name]))  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
@@ -97,7 +97,7 @@ def _verdicts(kube: Kube, namespace: str, text: str) -> tuple[str, list[str]]:
 
 CROSS_CHECKED = [
     *(pytest.param(sample.read_text(), None, id=f"sample-{sample.stem}") for sample in SAMPLES),
-    *(pytest.param(yaml.safe_dump(m), None, id=f"valid-{n}") for n, m in VALID_AT_THE_EDGE.items()),
+    *(pytest.param(kubectl_yaml.dump(m), None, id=f"valid-{n}") for n, m in VALID_AT_THE_EDGE.items()),
     *(pytest.param(case.yaml(), case.field, id=case.id) for case in CASES),
     *(pytest.param(text, field, id=f"yaml-{n}") for n, (text, field) in YAML_DIALECT.items()),
 ]

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from llmfleet.crds import kubectl_yaml
 from llmfleet.crds.labels import SERVICE_NAME_MAX_LENGTH
 
 SAMPLES_DIR = Path(__file__).resolve().parents[2] / "e2e" / "samples"
@@ -69,7 +68,8 @@ class Case:
         return changed(self.changes)
 
     def yaml(self) -> str:
-        return yaml.safe_dump(self.manifest())
+        """As kubectl must read it: strings stay strings (`08192` is quoted)."""
+        return kubectl_yaml.dump(self.manifest())
 
 
 CASES = [
@@ -588,6 +588,10 @@ CASES = [
     Case("env-from-the-same-secret-twice",
          {"runtime.envFrom": [{"secretRef": {"name": "hf"}}, {"secretRef": {"name": "hf"}}]},
          "spec.runtime.envFrom", "names each source once"),
+    # A word kubectl reads as a number unless the table's YAML quotes it (`Case.yaml`).
+    Case("extra-args-context-with-a-leading-zero-contradicts",
+         {"model.maxModelLen": 8192, "runtime.extraArgs": ["--max-model-len", "08193"]},
+         "spec.runtime.extraArgs", "--max-model-len contradicts model.maxModelLen"),
 ]  # fmt: skip
 
 
@@ -689,6 +693,9 @@ VALID_AT_THE_EDGE = {
     "selector-mig-strategy-single-with-whole-gpus": changed({"topology.unified": {
         "replicas": 2, "nodeSelector": {"nvidia.com/mig.strategy": "single"}}}),
     "extra-args-tensor-parallel-dividing": changed({"runtime.extraArgs": ["-tp", "4"]}),
+    # Words kubectl reads as numbers unless quoted: they must reach the API server as strings.
+    "extra-args-words-that-look-like-numbers": changed({"model.maxModelLen": 8192,
+        "runtime.extraArgs": ["--max-model-len", "08192", "--tokenizer-revision", "4e3"]}),
     "eagle-head-of-the-model": changed({"runtime.speculative": {
         "method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}),
 }  # fmt: skip

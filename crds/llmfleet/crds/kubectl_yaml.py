@@ -13,13 +13,18 @@ v2's rules are neither YAML 1.1 (PyYAML's) nor YAML 1.2 core:
   kubectl refuses the file);
 - no sexagesimal numbers: `3:00` is a string (PyYAML reads 180); dates and times stay strings.
 Checked against kubectl v1.32's client-side decoding; the tests hold a table of these cases.
+
+`dump` writes YAML that kubectl reads back as the same document: a string whose plain spelling
+go-yaml v2 would read as something else (`08192`, `on`, `4e3`, `0x1F`) is quoted. PyYAML's own
+dumper quotes only what YAML 1.1 reads as another type, so it writes `08192` and `4e3` plain.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import yaml
 
@@ -120,3 +125,30 @@ def documents(text: str) -> Iterator[tuple[int, object]]:
     None). A YAML error is raised (`yaml.YAMLError`) when the reading reaches it, after the
     documents before it."""
     yield from enumerate(yaml.load_all(text, Loader=KubectlLoader), 1)
+
+
+_TAG_OF_READING = {bool: "bool", type(None): "null", int: "int", float: "float", str: "str"}
+
+
+class KubectlDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper that writes a scalar plain only when go-yaml v2 reads it back as the
+    same value: a string that would read as a number, a boolean or null is quoted."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            read = scalar(value) if value else None
+            tag = _TAG_OF_READING.get(type(read), "str")
+            if tag == "str" and read != value:
+                return _PLAIN  # never the node's tag: the emitter quotes the value
+            return f"tag:yaml.org,2002:{tag}"
+        return super().resolve(kind, value, implicit)
+
+
+def dump(document: object) -> str:
+    """One document as YAML that kubectl sends as `document` itself."""
+    return yaml.dump(document, Dumper=KubectlDumper, sort_keys=False)
+
+
+def dump_all(documents: Iterable[object]) -> str:
+    """Several documents, `---` between them (see `dump`)."""
+    return yaml.dump_all(documents, Dumper=KubectlDumper, sort_keys=False, explicit_start=True)
