@@ -177,3 +177,29 @@ def test_the_cel_rules_of_extra_args_give_their_python_twins_verdict(
     assert (result.returncode == 0) == (found == []), (document["spec"]["runtime"], found, said)
     missing = [problem.message for problem in found if problem.message not in said]
     assert missing == [], (document["spec"]["runtime"], said)
+
+
+PIPELINE_WORDS = [
+    ["-pp", "2"], ["-pp=3"], ["-pp", "8"], ["-pp", "2", "-tp", "2"], ["-tp=4", "-pp", "2"],
+    ["-pp", "2", "-dp", "2"], ["-tp", "1", "-pp", "2", "-dp", "2"], ["-tp", "x", "-pp", "2"],
+    ["-pp", "2", "-tp", "3"], ["-dp", "y", "-tp", "2", "-pp", "2"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("words", PIPELINE_WORDS, ids=" ".join)
+@pytest.mark.parametrize("tensor_parallel", [None, 2])
+@pytest.mark.parametrize("count", [1, 2, 4, 8])
+def test_the_pipeline_rule_gives_its_python_twins_verdict(
+    kube: Kube, namespace: str, words: list[str], tensor_parallel: int | None, count: int
+) -> None:
+    """tensor x pipeline x data parallel against the GPUs, in CEL and in Python alike, for each
+    way the tensor size is given (extraArgs, runtime.tensorParallel, or following -pp)."""
+    runtime: dict[str, Any] = {"gpu": {"type": "H100", "count": count}, "extraArgs": words}
+    if tensor_parallel is not None:
+        runtime["tensorParallel"] = tensor_parallel
+    document = {**BASE, "spec": {**BASE["spec"], "runtime": runtime}}
+    found = [p.message for p in validation.problems(document)]
+    result = kube.run("apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-",
+                      stdin=json.dumps(document))  # fmt: skip
+    assert (result.returncode == 0) == (found == []), (runtime, found, result.stderr)
+    assert [m for m in found if m not in result.stderr] == [], (runtime, result.stderr)

@@ -588,6 +588,25 @@ CASES = [
     Case("env-from-the-same-secret-twice",
          {"runtime.envFrom": [{"secretRef": {"name": "hf"}}, {"secretRef": {"name": "hf"}}]},
          "spec.runtime.envFrom", "names each source once"),
+    # Pipeline parallel (-pp): one engine takes tensor x pipeline GPUs, dividing the pod's.
+    Case("extra-args-pipeline-not-dividing", {"runtime.extraArgs": ["-pp", "3"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-beside-all-the-tensor-parallel",
+         {"runtime.tensorParallel": 4, "runtime.extraArgs": ["--pipeline-parallel-size=2"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-with-data-parallel-beyond-the-gpus",
+         {"runtime.extraArgs": ["-tp", "2", "--pipeline_parallel_size", "2", "-dp", "2"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-leaves-gpus-idle",
+         {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "3"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-zero", {"runtime.extraArgs": ["-pp=0"]},
+         "spec.runtime.extraArgs", "a number vLLM refuses"),
+    Case("extra-args-pipeline-twice", {"runtime.extraArgs": ["-pp", "2", "--pipeline-parallel-size",
+                                                             "2"]},
+         "spec.runtime.extraArgs", "set one option twice"),
+    Case("extra-args-pipeline-without-value", {"runtime.extraArgs": ["-pp", "--enable-lora"]},
+         "spec.runtime.extraArgs", "takes one value none, or several"),
     # A word kubectl reads as a number unless the table's YAML quotes it (`Case.yaml`).
     Case("extra-args-context-with-a-leading-zero-contradicts",
          {"model.maxModelLen": 8192, "runtime.extraArgs": ["--max-model-len", "08193"]},
@@ -693,6 +712,14 @@ VALID_AT_THE_EDGE = {
     "selector-mig-strategy-single-with-whole-gpus": changed({"topology.unified": {
         "replicas": 2, "nodeSelector": {"nvidia.com/mig.strategy": "single"}}}),
     "extra-args-tensor-parallel-dividing": changed({"runtime.extraArgs": ["-tp", "4"]}),
+    # Pipeline parallel within the GPUs: the tensor size follows (4 / 2), or is given.
+    "extra-args-pipeline-over-all-the-gpus": changed({"runtime.extraArgs": ["-pp", "2"]}),
+    "extra-args-pipeline-beside-tensor-parallel": changed(
+        {"runtime.tensorParallel": 2, "runtime.extraArgs": ["--pipeline_parallel_size=2"]}),
+    "extra-args-pipeline-with-data-parallel": changed(
+        {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "2", "-dp", "2"]}),
+    "extra-args-pipeline-with-replicas-left": changed(
+        {"runtime.gpu.count": 8, "runtime.tensorParallel": 2, "runtime.extraArgs": ["-pp", "2"]}),
     # Words kubectl reads as numbers unless quoted: they must reach the API server as strings.
     "extra-args-words-that-look-like-numbers": changed({"model.maxModelLen": 8192,
         "runtime.extraArgs": ["--max-model-len", "08192", "--tokenizer-revision", "4e3"]}),

@@ -87,6 +87,10 @@ ACCEPTED = [
     ("extraArgs load format vs a streamed source", "model.source", "gs://bucket/model"),
     ("nodeSelector gpu.memory of a product", "topology.unified.nodeSelector",
      {"nvidia.com/gpu.memory": "81559"}),
+    # Third round: pipeline parallel, image names, the rollout-pause annotation.
+    ("extraArgs pipeline parallel vs gpu.count", "runtime.extraArgs", ["-pp", "1"]),
+    ("extraArgs pipeline parallel vs tensorParallel", "runtime.tensorParallel", 1),
+    ("extraArgs pipeline parallel vs gpu.count", "runtime.gpu.count", 8),
 ]  # fmt: skip
 
 # (the rule, the field set alone, its value, words the message must hold: the default that
@@ -114,6 +118,8 @@ TOLD = [
      "set timeoutSeconds"),
     ("nodeSelector gpu.memory of a product", "topology.unified.nodeSelector",
      {"nvidia.com/gpu.memory": "23034"}, "H100 by default: set runtime.gpu.type"),
+    ("extraArgs pipeline parallel vs gpu.count", "runtime.extraArgs", ["-pp", "2"],
+     "runtime.gpu.count (1 by default)"),
 ]  # fmt: skip
 
 
