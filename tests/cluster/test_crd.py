@@ -97,7 +97,10 @@ def _verdicts(kube: Kube, namespace: str, text: str) -> tuple[str, list[str]]:
 
 CROSS_CHECKED = [
     *(pytest.param(sample.read_text(), None, id=f"sample-{sample.stem}") for sample in SAMPLES),
-    *(pytest.param(kubectl_yaml.dump(m), None, id=f"valid-{n}") for n, m in VALID_AT_THE_EDGE.items()),
+    *(
+        pytest.param(kubectl_yaml.dump(manifest), None, id=f"valid-{name}")
+        for name, manifest in VALID_AT_THE_EDGE.items()
+    ),
     *(pytest.param(case.yaml(), case.field, id=case.id) for case in CASES),
     *(pytest.param(text, field, id=f"yaml-{n}") for n, (text, field) in YAML_DIALECT.items()),
 ]
