@@ -15,8 +15,17 @@ import pytest
 import yaml
 
 from llmfleet.crds import engine_args, kubectl_yaml, render, validation
+from llmfleet.crds.spec import IMAGE_NAME_MAX, image_name_length
 from tests.cluster.kube import Kube
-from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, YAML_DIALECT, Case
+from tests.crds.cases import (
+    BASE,
+    CASES,
+    SAMPLES,
+    VALID_AT_THE_EDGE,
+    YAML_DIALECT,
+    Case,
+    changed,
+)
 from tests.runtime.test_admission_agrees import WORDS
 
 pytestmark = pytest.mark.cluster
@@ -206,3 +215,34 @@ def test_the_pipeline_rule_gives_its_python_twins_verdict(
                       stdin=json.dumps(document))  # fmt: skip
     assert (result.returncode == 0) == (found == []), (runtime, found, result.stderr)
     assert [m for m in found if m not in result.stderr] == [], (runtime, result.stderr)
+
+
+IMAGE_SHAPES = {
+    # shape -> the image with a path part of n characters
+    "hub-one-part": lambda n: "a" * n,
+    "hub-one-part-tagged": lambda n: "a" * n + ":v1",
+    "hub-org": lambda n: "org/" + "a" * n + "@sha256:" + "f" * 64,
+    "docker-io-one-part": lambda n: "docker.io/" + "a" * n,
+    "legacy-hub-one-part": lambda n: "index.docker.io/" + "a" * n + ":v1",
+    "legacy-hub-org": lambda n: "index.docker.io/org/" + "a" * n,
+    "registry-with-port": lambda n: "localhost:5000/" + "a" * n + ":1.0",
+    "localhost": lambda n: "localhost/" + "a" * n,
+}
+
+
+@pytest.mark.parametrize("over", [0, 1], ids=["at-the-limit", "one-over"])
+@pytest.mark.parametrize("shape", IMAGE_SHAPES)
+def test_the_image_name_rule_gives_its_python_twins_verdict(
+    kube: Kube, namespace: str, shape: str, over: int
+) -> None:
+    """The kubelet's 255 characters of a normalized name, in CEL and in Python, at the limit
+    and one past it, for each way a reference names (or leaves out) its registry."""
+    make = IMAGE_SHAPES[shape]
+    n = next(n for n in range(1, 300) if image_name_length(make(n)) == IMAGE_NAME_MAX) + over
+    document = changed({"runtime.image": make(n)})
+    found = [p.message for p in validation.problems(document)]
+    assert (found != []) == (over == 1), found
+    result = kube.run("apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-",
+                      stdin=json.dumps(document))  # fmt: skip
+    assert (result.returncode == 0) == (found == []), (make(n), found, result.stderr)
+    assert [m for m in found if m not in result.stderr] == [], result.stderr

@@ -607,6 +607,23 @@ CASES = [
          "spec.runtime.extraArgs", "set one option twice"),
     Case("extra-args-pipeline-without-value", {"runtime.extraArgs": ["-pp", "--enable-lora"]},
          "spec.runtime.extraArgs", "takes one value none, or several"),
+    # Image references the kubelet cannot pull: a name over 255 characters as it reads it
+    # (Docker Hub's docker.io/library/ counted), a digest of another length or algorithm, an ID.
+    Case("image-name-too-long",
+         {"runtime.image": "registry.example.com/" + "a" * 235 + ":v1"},
+         "spec.runtime.image", "name must be at most 255 characters as the kubelet reads it"),
+    Case("image-hub-name-too-long-with-its-library",
+         {"runtime.image": "a" * 238}, "spec.runtime.image",
+         "name must be at most 255 characters as the kubelet reads it"),
+    Case("image-hub-name-too-long-with-docker-io",
+         {"runtime.image": "org/" + "a" * 242 + ":latest"}, "spec.runtime.image",
+         "name must be at most 255 characters as the kubelet reads it"),
+    Case("image-digest-sha512-too-short", {"runtime.image": "vllm/vllm-openai@sha512:" + "a" * 64},
+         "spec.runtime.image", "sha512 with 128"),
+    Case("image-digest-unknown-algorithm", {"runtime.image": "vllm/vllm-openai@md5:" + "a" * 32},
+         "spec.runtime.image", "sha256 with 64 lowercase hex digits"),
+    Case("image-is-an-image-id", {"runtime.image": "0123456789abcdef" * 4},
+         "spec.runtime.image", "may not be 64 hex digits alone"),
     # A word kubectl reads as a number unless the table's YAML quotes it (`Case.yaml`).
     Case("extra-args-context-with-a-leading-zero-contradicts",
          {"model.maxModelLen": 8192, "runtime.extraArgs": ["--max-model-len", "08193"]},
@@ -720,6 +737,14 @@ VALID_AT_THE_EDGE = {
         {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "2", "-dp", "2"]}),
     "extra-args-pipeline-with-replicas-left": changed(
         {"runtime.gpu.count": 8, "runtime.tensorParallel": 2, "runtime.extraArgs": ["-pp", "2"]}),
+    # Image names at the kubelet's limit, as it reads them.
+    "image-name-at-the-limit": changed(
+        {"runtime.image": "registry.example.com/" + "a" * 234 + ":v1"}),
+    "image-hub-name-at-the-limit": changed({"runtime.image": "a" * 237 + ":v1"}),
+    "image-legacy-hub-registry-at-the-limit": changed(
+        {"runtime.image": "index.docker.io/org/" + "a" * 241}),
+    "image-sha512-digest": changed({"runtime.image": "vllm/vllm-openai@sha512:" + "a" * 128}),
+    "image-hex-name-with-a-tag": changed({"runtime.image": "0123456789abcdef" * 4 + ":v1"}),
     # Words kubectl reads as numbers unless quoted: they must reach the API server as strings.
     "extra-args-words-that-look-like-numbers": changed({"model.maxModelLen": 8192,
         "runtime.extraArgs": ["--max-model-len", "08192", "--tokenizer-revision", "4e3"]}),

@@ -91,6 +91,8 @@ ACCEPTED = [
     ("extraArgs pipeline parallel vs gpu.count", "runtime.extraArgs", ["-pp", "1"]),
     ("extraArgs pipeline parallel vs tensorParallel", "runtime.tensorParallel", 1),
     ("extraArgs pipeline parallel vs gpu.count", "runtime.gpu.count", 8),
+    ("image name at most 255 as the kubelet reads it", "runtime.image", "a" * 237),
+    ("image digest of a known algorithm", "runtime.image", "org/x@sha384:" + "b" * 96),
 ]  # fmt: skip
 
 # (the rule, the field set alone, its value, words the message must hold: the default that
