@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet.crds import engine_args, kubectl_yaml, render, validation
+from llmfleet.crds import admission_policy, engine_args, kubectl_yaml, render, validation
+from llmfleet.crds.labels import ROLLOUT_PAUSE
 from llmfleet.crds.spec import IMAGE_NAME_MAX, image_name_length
 from tests.cluster.kube import Kube
 from tests.crds.cases import (
@@ -34,8 +35,9 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def namespace(kube: Kube) -> Iterator[str]:
     """One namespace for the module: these tests create no pods, so they can share it."""
-    kube.kubectl("apply", "--server-side", "--field-manager=llmfleet-tests", "-f",
-                 str(render.CRD_FILE))  # fmt: skip
+    for manifest in (render.CRD_FILE, render.POLICY_FILE):
+        kube.kubectl("apply", "--server-side", "--field-manager=llmfleet-tests", "-f",
+                     str(manifest))  # fmt: skip
     # NOTE: right after a changed CRD is applied its conditions may not be there yet (`kubectl
     # wait` then fails instead of waiting), and a session started right after another finds
     # the namespace still terminating: both are waited for.
@@ -47,6 +49,11 @@ def namespace(kube: Kube) -> Iterator[str]:
                   or kube.run("get", "namespace", "crd-tests", "-o",
                               "jsonpath={.status.phase}").stdout == "Active",
                   timeout=120, what="namespace crd-tests")  # fmt: skip
+    # A new admission policy is enforced once the API server has compiled it: a moment after.
+    paused = changed({"metadata.annotations": {ROLLOUT_PAUSE: "yes"}})
+    kube.wait_for(lambda: kube.run("apply", "--server-side", "--dry-run=server", "-n",
+                                   "crd-tests", "-f", "-", stdin=json.dumps(paused)).returncode,
+                  timeout=60, what="the admission policy to be enforced")  # fmt: skip
     yield "crd-tests"
     kube.kubectl("delete", "namespace", "crd-tests", "--wait=false")
 
@@ -246,3 +253,37 @@ def test_the_image_name_rule_gives_its_python_twins_verdict(
                       stdin=json.dumps(document))  # fmt: skip
     assert (result.returncode == 0) == (found == []), (make(n), found, result.stderr)
     assert [m for m in found if m not in result.stderr] == [], result.stderr
+
+
+def test_an_annotation_an_older_release_let_in_does_not_block_updates(
+    kube: Kube, namespace: str
+) -> None:
+    """The policy ratchets: an object that holds a rollout-pause value from before the policy
+    (made here by turning the binding to Audit for a moment) can still be updated, by the
+    operator or anyone, while the value stays; changing it to another wrong value is refused."""
+    name, policy = "ratchet", f"validatingadmissionpolicybinding/{admission_policy.POLICY_NAME}"
+    document = changed({"metadata.name": name, "metadata.annotations": {ROLLOUT_PAUSE: "true"}})
+    kube.kubectl("apply", "--server-side", "-n", namespace, "-f", "-", stdin=json.dumps(document))
+    target = (f"inferenceservices.llmfleet.dev/{name}", "-n", namespace)
+
+    def annotate(value: str, *dry_run: str) -> Any:
+        return kube.run("annotate", *dry_run, "--overwrite", *target, f"{ROLLOUT_PAUSE}={value}")
+
+    def actions(value: str) -> None:
+        patch = json.dumps({"spec": {"validationActions": [value]}})
+        kube.kubectl("patch", policy, "--type=merge", "-p", patch)
+
+    try:
+        actions("Audit")
+        kube.wait_for(lambda: annotate("yes").returncode == 0, timeout=60, what="Audit in force")
+        actions("Deny")
+        kube.wait_for(lambda: annotate("no", "--dry-run=server").returncode != 0, timeout=60,
+                      what="Deny in force again")  # fmt: skip
+        assert annotate("maybe").returncode != 0
+        assert kube.get(*target)["metadata"]["annotations"][ROLLOUT_PAUSE] == "yes"
+        updated = kube.run("label", *target, "team=llm")
+        assert updated.returncode == 0, updated.stderr
+        assert annotate("false").returncode == 0
+    finally:
+        actions("Deny")
+        kube.run("delete", *target, "--wait=false")

@@ -624,6 +624,18 @@ CASES = [
          "spec.runtime.image", "sha256 with 64 lowercase hex digits"),
     Case("image-is-an-image-id", {"runtime.image": "0123456789abcdef" * 4},
          "spec.runtime.image", "may not be 64 hex digits alone"),
+    # The rollout annotations, checked by the admission policy: a value or a key llmfleet would
+    # not act on as written.
+    Case("rollout-pause-yes", {"metadata.annotations": {"llmfleet.dev/rollout-pause": "yes"}},
+         "metadata.annotations[llmfleet.dev/rollout-pause]", 'must be "true"'),
+    Case("rollout-pause-capitalised",
+         {"metadata.annotations": {"llmfleet.dev/rollout-pause": "True"}},
+         "metadata.annotations[llmfleet.dev/rollout-pause]", 'must be "true"'),
+    Case("rollout-pause-empty", {"metadata.annotations": {"llmfleet.dev/rollout-pause": ""}},
+         "metadata.annotations[llmfleet.dev/rollout-pause]", 'must be "true"'),
+    Case("rollout-annotation-misspelt",
+         {"metadata.annotations": {"llmfleet.dev/rollout-paused": "true"}},
+         "metadata.annotations", "another one acts on nothing"),
     # A word kubectl reads as a number unless the table's YAML quotes it (`Case.yaml`).
     Case("extra-args-context-with-a-leading-zero-contradicts",
          {"model.maxModelLen": 8192, "runtime.extraArgs": ["--max-model-len", "08193"]},
@@ -745,6 +757,12 @@ VALID_AT_THE_EDGE = {
         {"runtime.image": "index.docker.io/org/" + "a" * 241}),
     "image-sha512-digest": changed({"runtime.image": "vllm/vllm-openai@sha512:" + "a" * 128}),
     "image-hex-name-with-a-tag": changed({"runtime.image": "0123456789abcdef" * 4 + ":v1"}),
+    # The rollout annotations as llmfleet reads them, and other annotations of ours.
+    "rollout-annotations": changed({"metadata.annotations": {
+        "llmfleet.dev/rollout-pause": "false", "llmfleet.dev/rollout-promote": "1764230400",
+        "llmfleet.dev/rollout-abort": "", "llmfleet.dev/rollout-retry": "again",
+        "llmfleet.dev/owner": "team-a", "rollout-pause": "yes"}}),
+    "rollout-paused": changed({"metadata.annotations": {"llmfleet.dev/rollout-pause": "true"}}),
     # Words kubectl reads as numbers unless quoted: they must reach the API server as strings.
     "extra-args-words-that-look-like-numbers": changed({"model.maxModelLen": 8192,
         "runtime.extraArgs": ["--max-model-len", "08192", "--tokenizer-revision", "4e3"]}),

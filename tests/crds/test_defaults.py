@@ -149,3 +149,17 @@ def test_an_older_spec_with_only_the_bounds_gets_replicas_between_them() -> None
     assert (pool.min_replicas, pool.replicas, pool.max_replicas) == (3, 3, 5)
     unset = InferenceService.model_validate(alone("topology.unified", {"maxReplicas": 5}))
     assert unset.spec.pools()["unified"].replicas == 1
+
+
+# Annotations the admission policy checks, each set alone (`metadata.annotations`).
+ANNOTATIONS_ALONE = [
+    {"llmfleet.dev/rollout-pause": "true"}, {"llmfleet.dev/rollout-pause": "false"},
+    {"llmfleet.dev/rollout-promote": "2026-11-27T17:00:00Z"}, {"llmfleet.dev/rollout-abort": "1"},
+    {"llmfleet.dev/rollout-retry": ""},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("annotations", ANNOTATIONS_ALONE, ids=str)
+def test_a_rollout_annotation_set_alone_is_accepted(annotations: dict[str, str]) -> None:
+    manifest = {**MINIMAL, "metadata": {"name": "alone", "annotations": annotations}}
+    assert problems(manifest) == []
