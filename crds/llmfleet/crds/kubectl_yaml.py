@@ -141,7 +141,7 @@ class KubectlDumper(yaml.SafeDumper):
             if tag == "str" and read != value:
                 return _PLAIN  # never the node's tag: the emitter quotes the value
             return f"tag:yaml.org,2002:{tag}"
-        return super().resolve(kind, value, implicit)
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
 
 def dump(document: object) -> str:
