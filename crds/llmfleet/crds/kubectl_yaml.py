@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 import yaml
 
@@ -127,21 +126,18 @@ def documents(text: str) -> Iterator[tuple[int, object]]:
     yield from enumerate(yaml.load_all(text, Loader=KubectlLoader), 1)
 
 
-_TAG_OF_READING = {bool: "bool", type(None): "null", int: "int", float: "float", str: "str"}
-
-
 class KubectlDumper(yaml.SafeDumper):
-    """PyYAML's safe dumper that writes a scalar plain only when go-yaml v2 reads it back as the
-    same value: a string that would read as a number, a boolean or null is quoted."""
+    """PyYAML's safe dumper that quotes every string go-yaml v2 would read as something else
+    (a number, a boolean, null); numbers and booleans are written as PyYAML writes them."""
 
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is yaml.ScalarNode and implicit[0]:
-            read = scalar(value) if value else None
-            tag = _TAG_OF_READING.get(type(read), "str")
-            if tag == "str" and read != value:
-                return _PLAIN  # never the node's tag: the emitter quotes the value
-            return f"tag:yaml.org,2002:{tag}"
-        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    read = scalar(text) if text else None
+    style = None if read == text and isinstance(read, str) else "'"
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+KubectlDumper.add_representer(str, _represent_str)
 
 
 def dump(document: object) -> str:
