@@ -330,6 +330,23 @@ CASES = [
             "--max-num-batched-tokens": "2048",
         },
     ),
+    # extraArgs' -tp: the GPUs one engine leaves serve as data-parallel replicas.
+    Case(
+        "h100-extra-args-tensor-parallel-replicas",
+        "H100:8",
+        cfg(runtime={"gpu": {"type": "H100", "count": 8}, "extraArgs": ["-tp", "2"]}),
+        expect={"--tensor-parallel-size": "2", "--data-parallel-size": "4"},
+    ),
+    Case(
+        "h100-extra-args-tensor-and-pipeline-replicas",
+        "H100:8",
+        cfg(runtime={"gpu": {"type": "H100", "count": 8}, "extraArgs": ["-tp", "1", "-pp", "2"]}),
+        expect={
+            "--tensor-parallel-size": "1",
+            "--pipeline-parallel-size": "2",
+            "--data-parallel-size": "4",
+        },
+    ),
     # extraArgs' -pp: the tensor-parallel default follows (one engine over all the GPUs).
     Case(
         "h100-pipeline-tensor-default-follows",

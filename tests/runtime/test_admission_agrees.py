@@ -102,19 +102,21 @@ def launcher_refusal(document: Any) -> str | None:
             plan = plan_engine(config, gpu_of(f"{gpu.type.value}:{gpu.count}"), pod_ip="10.0.0.7")
         except LauncherError as error:
             return str(error)
-        assert_pipeline_fits(plan.argv, gpu.count)
+        assert_pipeline_fits(plan.argv, gpu.count, list(config.runtime.extra_args))
     return None
 
 
-def assert_pipeline_fits(argv: list[str], count: int) -> None:
-    """A command line the launcher plans with a pipeline-parallel size starts on the pod's GPUs:
-    tensor x pipeline x data parallel fit them, and tensor x pipeline divides them."""
+def assert_pipeline_fits(argv: list[str], count: int, words: list[str]) -> None:
+    """A command line the launcher plans with a pipeline-parallel size starts on the pod's GPUs,
+    and leaves none idle unless extraArgs set -dp: tensor x pipeline x data parallel fit them,
+    tensor x pipeline divides them (the product of -tp and -dp alone is not checked)."""
     sizes = {arg.flag: arg.values for arg in engine_args.split(argv[3:])}
     if PIPELINE_PARALLEL not in sizes:
         return
     tp, pp, dp = (int(sizes.get(flag, ("1",))[0]) for flag in (TP, PIPELINE_PARALLEL, DP))
     assert tp * pp * dp <= count, (argv, count)
     assert count % (tp * pp) == 0, (argv, count)
+    assert engine_args.first_values(words, DP) or tp * pp * dp == count, (argv, count)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,6 +16,7 @@ from llmfleet.crds.engine_args import (
     INTEGER,
     NUM_SEQS,
     PIPELINE_PARALLEL,
+    TENSOR_PARALLEL,
     TypedFields,
 )
 from llmfleet.crds.labels import LAUNCHER_ENV
@@ -85,10 +86,12 @@ def _parallelism(config: RuntimeConfig, gpu: Gpu) -> tuple[int, list[Option]]:
     """The tensor-parallel size and the launcher's parallel options. Without
     `runtime.tensorParallel`, one engine spans the pod's GPUs: with extraArgs' `-pp p` its tensor
     size is `gpu.count / p` (`engine_args.default_tensor_parallel`); the GPUs one engine does not
-    take (tensor x pipeline) serve as data-parallel replicas. extraArgs replace these defaults;
-    whether their sizes fit is `engine_args.problems`' to say (`merge` refuses them)."""
+    take (tensor, extraArgs' `-tp` when given, x pipeline) serve as data-parallel replicas.
+    extraArgs replace these defaults; whether their sizes fit is `engine_args.problems`' to say
+    (`merge` refuses them)."""
     wanted = config.runtime.tensor_parallel
-    pipeline = engine_args.first_size(list(config.runtime.extra_args), PIPELINE_PARALLEL) or 1
+    words = list(config.runtime.extra_args)
+    pipeline = engine_args.first_size(words, PIPELINE_PARALLEL) or 1
     tp = wanted or engine_args.default_tensor_parallel(gpu.count, pipeline)
     if tp > gpu.count:
         raise LauncherError(
@@ -108,9 +111,10 @@ def _parallelism(config: RuntimeConfig, gpu: Gpu) -> tuple[int, list[Option]]:
         if wanted
         else Option("--tensor-parallel-size", (str(tp),), reason=over_all)
     ]
-    engine = tp * pipeline
+    # The engine's GPUs as vLLM will run it: extraArgs' -tp replaces the tensor size above.
+    engine = (engine_args.first_size(words, TENSOR_PARALLEL) or tp) * pipeline
     if gpu.count > engine and gpu.count % engine == 0:
-        per_engine = f"tensorParallel {tp}" + (f" x pipeline {pipeline}" if pipeline > 1 else "")
+        per_engine = f"tensor x pipeline parallel {engine // pipeline} x {pipeline}"
         options.append(
             Option(
                 "--data-parallel-size",
