@@ -36,19 +36,33 @@ def cpu_node_up(kube: Kube) -> Iterator[str]:
         kube.kubectl("delete", "node", CPU_NODE, "--wait=false")
 
 
+CRD_KINDS = {
+    "CustomResourceDefinition": "crd",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicy",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybinding",
+}
+"""What the chart's CRD templates install (crd-manifests/: the CRDs and the admission policy of
+the annotations), kind -> kubectl's resource name."""
+
+
 def adopt_crds(kube: Kube, release: str, namespace: str) -> None:
-    """Let `release` take over CRDs that exist without being its own (applied by other tests
-    with kubectl, or left by an uninstalled release with `crds.keep`): Helm adopts an object
-    whose release annotations and managed-by label name it. Users do the same (README)."""
-    for crd in helm.find(helm.template(), "CustomResourceDefinition"):
-        name = crd["metadata"]["name"]
-        if not kube.ok("get", "crd", name):
-            continue
-        kube.kubectl("label", "--overwrite", "crd", name, "app.kubernetes.io/managed-by=Helm")
-        kube.kubectl(
-            "annotate", "--overwrite", "crd", name,
-            f"meta.helm.sh/release-name={release}", f"meta.helm.sh/release-namespace={namespace}",
-        )  # fmt: skip
+    """Let `release` take over CRDs (and their admission policy) that exist without being its
+    own (applied by other tests with kubectl, or left by an uninstalled release with
+    `crds.keep`): Helm adopts an object whose release annotations and managed-by label name it.
+    Users do the same (README)."""
+    rendered = helm.template()
+    for kind, resource in CRD_KINDS.items():
+        for found in helm.find(rendered, kind):
+            name = found["metadata"]["name"]
+            if not kube.ok("get", resource, name):
+                continue
+            kube.kubectl(
+                "label", "--overwrite", resource, name, "app.kubernetes.io/managed-by=Helm"
+            )
+            kube.kubectl(
+                "annotate", "--overwrite", resource, name, f"meta.helm.sh/release-name={release}",
+                f"meta.helm.sh/release-namespace={namespace}",
+            )  # fmt: skip
 
 
 def install(

@@ -16,6 +16,7 @@ import yaml
 
 from llmfleet.crds import render
 from tests.chart import helm
+from tests.chart.cluster import CRD_KINDS
 
 RENDERS = [
     pytest.param([], id="defaults"),
@@ -115,12 +116,17 @@ def test_the_chart_crds_are_the_committed_manifests() -> None:
             render.MANIFESTS_DIR / name
         ).read_text(), f"charts/llmfleet/crd-manifests/{name} is stale: run `llmfleet crds render`"
     manifests = {
-        doc["metadata"]["name"]: doc
+        (doc["kind"], doc["metadata"]["name"]): doc
         for path in render.MANIFESTS_DIR.glob("*.yaml")
         for doc in yaml.safe_load_all(path.read_text())
         if doc
     }
-    rendered = _crds(helm.template())
+    docs = helm.template()
+    rendered = {
+        (kind, found["metadata"]["name"]): found
+        for kind in CRD_KINDS
+        for found in helm.find(docs, kind)
+    }
     assert rendered.keys() == manifests.keys()
     for name, crd in rendered.items():
         labels = crd["metadata"].pop("labels")

@@ -14,9 +14,19 @@ from typing import Any
 import pytest
 import yaml
 
-from llmfleet.crds import engine_args, render, validation
+from llmfleet.crds import admission_policy, engine_args, kubectl_yaml, render, validation
+from llmfleet.crds.labels import ROLLOUT_PAUSE
+from llmfleet.crds.spec import IMAGE_NAME_MAX, image_name_length
 from tests.cluster.kube import Kube
-from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, YAML_DIALECT, Case
+from tests.crds.cases import (
+    BASE,
+    CASES,
+    SAMPLES,
+    VALID_AT_THE_EDGE,
+    YAML_DIALECT,
+    Case,
+    changed,
+)
 from tests.runtime.test_admission_agrees import WORDS
 
 pytestmark = pytest.mark.cluster
@@ -25,8 +35,9 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def namespace(kube: Kube) -> Iterator[str]:
     """One namespace for the module: these tests create no pods, so they can share it."""
-    kube.kubectl("apply", "--server-side", "--field-manager=llmfleet-tests", "-f",
-                 str(render.CRD_FILE))  # fmt: skip
+    for manifest in (render.CRD_FILE, render.POLICY_FILE):
+        kube.kubectl("apply", "--server-side", "--field-manager=llmfleet-tests", "-f",
+                     str(manifest))  # fmt: skip
     # NOTE: right after a changed CRD is applied its conditions may not be there yet (`kubectl
     # wait` then fails instead of waiting), and a session started right after another finds
     # the namespace still terminating: both are waited for.
@@ -38,6 +49,11 @@ def namespace(kube: Kube) -> Iterator[str]:
                   or kube.run("get", "namespace", "crd-tests", "-o",
                               "jsonpath={.status.phase}").stdout == "Active",
                   timeout=120, what="namespace crd-tests")  # fmt: skip
+    # A new admission policy is enforced once the API server has compiled it: a moment after.
+    paused = changed({"metadata.annotations": {ROLLOUT_PAUSE: "yes"}})
+    kube.wait_for(lambda: kube.run("apply", "--server-side", "--dry-run=server", "-n",
+                                   "crd-tests", "-f", "-", stdin=json.dumps(paused)).returncode,
+                  timeout=60, what="the admission policy to be enforced")  # fmt: skip
     yield "crd-tests"
     kube.kubectl("delete", "namespace", "crd-tests", "--wait=false")
 
@@ -67,7 +83,7 @@ def test_a_manifest_just_inside_the_rules_is_accepted(
     kube: Kube, namespace: str, name: str
 ) -> None:
     kube.kubectl("apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-",
-                 stdin=yaml.safe_dump(VALID_AT_THE_EDGE[name]))  # fmt: skip
+                 stdin=kubectl_yaml.dump(VALID_AT_THE_EDGE[name]))  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
@@ -97,7 +113,10 @@ def _verdicts(kube: Kube, namespace: str, text: str) -> tuple[str, list[str]]:
 
 CROSS_CHECKED = [
     *(pytest.param(sample.read_text(), None, id=f"sample-{sample.stem}") for sample in SAMPLES),
-    *(pytest.param(yaml.safe_dump(m), None, id=f"valid-{n}") for n, m in VALID_AT_THE_EDGE.items()),
+    *(
+        pytest.param(kubectl_yaml.dump(manifest), None, id=f"valid-{name}")
+        for name, manifest in VALID_AT_THE_EDGE.items()
+    ),
     *(pytest.param(case.yaml(), case.field, id=case.id) for case in CASES),
     *(pytest.param(text, field, id=f"yaml-{n}") for n, (text, field) in YAML_DIALECT.items()),
 ]
@@ -177,3 +196,94 @@ def test_the_cel_rules_of_extra_args_give_their_python_twins_verdict(
     assert (result.returncode == 0) == (found == []), (document["spec"]["runtime"], found, said)
     missing = [problem.message for problem in found if problem.message not in said]
     assert missing == [], (document["spec"]["runtime"], said)
+
+
+PIPELINE_WORDS = [
+    ["-pp", "2"], ["-pp=3"], ["-pp", "8"], ["-pp", "2", "-tp", "2"], ["-tp=4", "-pp", "2"],
+    ["-pp", "2", "-dp", "2"], ["-tp", "1", "-pp", "2", "-dp", "2"], ["-tp", "x", "-pp", "2"],
+    ["-pp", "2", "-tp", "3"], ["-dp", "y", "-tp", "2", "-pp", "2"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("words", PIPELINE_WORDS, ids=" ".join)
+@pytest.mark.parametrize("tensor_parallel", [None, 2])
+@pytest.mark.parametrize("count", [1, 2, 4, 8])
+def test_the_pipeline_rule_gives_its_python_twins_verdict(
+    kube: Kube, namespace: str, words: list[str], tensor_parallel: int | None, count: int
+) -> None:
+    """tensor x pipeline x data parallel against the GPUs, in CEL and in Python alike, for each
+    way the tensor size is given (extraArgs, runtime.tensorParallel, or following -pp)."""
+    runtime: dict[str, Any] = {"gpu": {"type": "H100", "count": count}, "extraArgs": words}
+    if tensor_parallel is not None:
+        runtime["tensorParallel"] = tensor_parallel
+    document = {**BASE, "spec": {**BASE["spec"], "runtime": runtime}}
+    found = [p.message for p in validation.problems(document)]
+    result = kube.run("apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-",
+                      stdin=json.dumps(document))  # fmt: skip
+    assert (result.returncode == 0) == (found == []), (runtime, found, result.stderr)
+    assert [m for m in found if m not in result.stderr] == [], (runtime, result.stderr)
+
+
+IMAGE_SHAPES = {
+    # shape -> the image with a path part of n characters
+    "hub-one-part": lambda n: "a" * n,
+    "hub-one-part-tagged": lambda n: "a" * n + ":v1",
+    "hub-org": lambda n: "org/" + "a" * n + "@sha256:" + "f" * 64,
+    "docker-io-one-part": lambda n: "docker.io/" + "a" * n,
+    "legacy-hub-one-part": lambda n: "index.docker.io/" + "a" * n + ":v1",
+    "legacy-hub-org": lambda n: "index.docker.io/org/" + "a" * n,
+    "registry-with-port": lambda n: "localhost:5000/" + "a" * n + ":1.0",
+    "localhost": lambda n: "localhost/" + "a" * n,
+}
+
+
+@pytest.mark.parametrize("over", [0, 1], ids=["at-the-limit", "one-over"])
+@pytest.mark.parametrize("shape", IMAGE_SHAPES)
+def test_the_image_name_rule_gives_its_python_twins_verdict(
+    kube: Kube, namespace: str, shape: str, over: int
+) -> None:
+    """The kubelet's 255 characters of a normalized name, in CEL and in Python, at the limit
+    and one past it, for each way a reference names (or leaves out) its registry."""
+    make = IMAGE_SHAPES[shape]
+    n = next(n for n in range(1, 300) if image_name_length(make(n)) == IMAGE_NAME_MAX) + over
+    document = changed({"runtime.image": make(n)})
+    found = [p.message for p in validation.problems(document)]
+    assert (found != []) == (over == 1), found
+    result = kube.run("apply", "--server-side", "--dry-run=server", "-n", namespace, "-f", "-",
+                      stdin=json.dumps(document))  # fmt: skip
+    assert (result.returncode == 0) == (found == []), (make(n), found, result.stderr)
+    assert [m for m in found if m not in result.stderr] == [], result.stderr
+
+
+def test_an_annotation_an_older_release_let_in_does_not_block_updates(
+    kube: Kube, namespace: str
+) -> None:
+    """The policy ratchets: an object that holds a rollout-pause value from before the policy
+    (made here by turning the binding to Audit for a moment) can still be updated, by the
+    operator or anyone, while the value stays; changing it to another wrong value is refused."""
+    name, policy = "ratchet", f"validatingadmissionpolicybinding/{admission_policy.POLICY_NAME}"
+    document = changed({"metadata.name": name, "metadata.annotations": {ROLLOUT_PAUSE: "true"}})
+    kube.kubectl("apply", "--server-side", "-n", namespace, "-f", "-", stdin=json.dumps(document))
+    target = (f"inferenceservices.llmfleet.dev/{name}", "-n", namespace)
+
+    def annotate(value: str, *dry_run: str) -> Any:
+        return kube.run("annotate", *dry_run, "--overwrite", *target, f"{ROLLOUT_PAUSE}={value}")
+
+    def actions(value: str) -> None:
+        patch = json.dumps({"spec": {"validationActions": [value]}})
+        kube.kubectl("patch", policy, "--type=merge", "-p", patch)
+
+    try:
+        actions("Audit")
+        kube.wait_for(lambda: annotate("yes").returncode == 0, timeout=60, what="Audit in force")
+        actions("Deny")
+        kube.wait_for(lambda: annotate("no", "--dry-run=server").returncode != 0, timeout=60,
+                      what="Deny in force again")  # fmt: skip
+        assert annotate("maybe").returncode != 0
+        assert kube.get(*target)["metadata"]["annotations"][ROLLOUT_PAUSE] == "yes"
+        updated = kube.run("label", *target, "team=llm")
+        assert updated.returncode == 0, updated.stderr
+        assert annotate("false").returncode == 0
+    finally:
+        actions("Deny")
+        kube.run("delete", *target, "--wait=false")

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from llmfleet.crds import kubectl_yaml
 from llmfleet.crds.labels import SERVICE_NAME_MAX_LENGTH
 
 SAMPLES_DIR = Path(__file__).resolve().parents[2] / "e2e" / "samples"
@@ -69,7 +68,8 @@ class Case:
         return changed(self.changes)
 
     def yaml(self) -> str:
-        return yaml.safe_dump(self.manifest())
+        """As kubectl must read it: strings stay strings (`08192` is quoted)."""
+        return kubectl_yaml.dump(self.manifest())
 
 
 CASES = [
@@ -588,6 +588,58 @@ CASES = [
     Case("env-from-the-same-secret-twice",
          {"runtime.envFrom": [{"secretRef": {"name": "hf"}}, {"secretRef": {"name": "hf"}}]},
          "spec.runtime.envFrom", "names each source once"),
+    # Pipeline parallel (-pp): one engine takes tensor x pipeline GPUs, dividing the pod's.
+    Case("extra-args-pipeline-not-dividing", {"runtime.extraArgs": ["-pp", "3"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-beside-all-the-tensor-parallel",
+         {"runtime.tensorParallel": 4, "runtime.extraArgs": ["--pipeline-parallel-size=2"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-with-data-parallel-beyond-the-gpus",
+         {"runtime.extraArgs": ["-tp", "2", "--pipeline_parallel_size", "2", "-dp", "2"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-leaves-gpus-idle",
+         {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "3"]},
+         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+    Case("extra-args-pipeline-zero", {"runtime.extraArgs": ["-pp=0"]},
+         "spec.runtime.extraArgs", "a number vLLM refuses"),
+    Case("extra-args-pipeline-twice", {"runtime.extraArgs": ["-pp", "2", "--pipeline-parallel-size",
+                                                             "2"]},
+         "spec.runtime.extraArgs", "set one option twice"),
+    Case("extra-args-pipeline-without-value", {"runtime.extraArgs": ["-pp", "--enable-lora"]},
+         "spec.runtime.extraArgs", "takes one value none, or several"),
+    # Image references the kubelet cannot pull: a name over 255 characters as it reads it
+    # (Docker Hub's docker.io/library/ counted), a digest of another length or algorithm, an ID.
+    Case("image-name-too-long",
+         {"runtime.image": "registry.example.com/" + "a" * 235 + ":v1"},
+         "spec.runtime.image", "name must be at most 255 characters as the kubelet reads it"),
+    Case("image-hub-name-too-long-with-its-library",
+         {"runtime.image": "a" * 238}, "spec.runtime.image",
+         "name must be at most 255 characters as the kubelet reads it"),
+    Case("image-hub-name-too-long-with-docker-io",
+         {"runtime.image": "org/" + "a" * 242 + ":latest"}, "spec.runtime.image",
+         "name must be at most 255 characters as the kubelet reads it"),
+    Case("image-digest-sha512-too-short", {"runtime.image": "vllm/vllm-openai@sha512:" + "a" * 64},
+         "spec.runtime.image", "sha512 with 128"),
+    Case("image-digest-unknown-algorithm", {"runtime.image": "vllm/vllm-openai@md5:" + "a" * 32},
+         "spec.runtime.image", "sha256 with 64 lowercase hex digits"),
+    Case("image-is-an-image-id", {"runtime.image": "0123456789abcdef" * 4},
+         "spec.runtime.image", "may not be 64 hex digits alone"),
+    # The rollout annotations, checked by the admission policy: a value or a key llmfleet would
+    # not act on as written.
+    Case("rollout-pause-yes", {"metadata.annotations": {"llmfleet.dev/rollout-pause": "yes"}},
+         "metadata.annotations[llmfleet.dev/rollout-pause]", 'must be "true"'),
+    Case("rollout-pause-capitalised",
+         {"metadata.annotations": {"llmfleet.dev/rollout-pause": "True"}},
+         "metadata.annotations[llmfleet.dev/rollout-pause]", 'must be "true"'),
+    Case("rollout-pause-empty", {"metadata.annotations": {"llmfleet.dev/rollout-pause": ""}},
+         "metadata.annotations[llmfleet.dev/rollout-pause]", 'must be "true"'),
+    Case("rollout-annotation-misspelt",
+         {"metadata.annotations": {"llmfleet.dev/rollout-paused": "true"}},
+         "metadata.annotations", "another one acts on nothing"),
+    # A word kubectl reads as a number unless the table's YAML quotes it (`Case.yaml`).
+    Case("extra-args-context-with-a-leading-zero-contradicts",
+         {"model.maxModelLen": 8192, "runtime.extraArgs": ["--max-model-len", "08193"]},
+         "spec.runtime.extraArgs", "--max-model-len contradicts model.maxModelLen"),
 ]  # fmt: skip
 
 
@@ -689,6 +741,31 @@ VALID_AT_THE_EDGE = {
     "selector-mig-strategy-single-with-whole-gpus": changed({"topology.unified": {
         "replicas": 2, "nodeSelector": {"nvidia.com/mig.strategy": "single"}}}),
     "extra-args-tensor-parallel-dividing": changed({"runtime.extraArgs": ["-tp", "4"]}),
+    # Pipeline parallel within the GPUs: the tensor size follows (4 / 2), or is given.
+    "extra-args-pipeline-over-all-the-gpus": changed({"runtime.extraArgs": ["-pp", "2"]}),
+    "extra-args-pipeline-beside-tensor-parallel": changed(
+        {"runtime.tensorParallel": 2, "runtime.extraArgs": ["--pipeline_parallel_size=2"]}),
+    "extra-args-pipeline-with-data-parallel": changed(
+        {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "2", "-dp", "2"]}),
+    "extra-args-pipeline-with-replicas-left": changed(
+        {"runtime.gpu.count": 8, "runtime.tensorParallel": 2, "runtime.extraArgs": ["-pp", "2"]}),
+    # Image names at the kubelet's limit, as it reads them.
+    "image-name-at-the-limit": changed(
+        {"runtime.image": "registry.example.com/" + "a" * 234 + ":v1"}),
+    "image-hub-name-at-the-limit": changed({"runtime.image": "a" * 237 + ":v1"}),
+    "image-legacy-hub-registry-at-the-limit": changed(
+        {"runtime.image": "index.docker.io/org/" + "a" * 241}),
+    "image-sha512-digest": changed({"runtime.image": "vllm/vllm-openai@sha512:" + "a" * 128}),
+    "image-hex-name-with-a-tag": changed({"runtime.image": "0123456789abcdef" * 4 + ":v1"}),
+    # The rollout annotations as llmfleet reads them, and other annotations of ours.
+    "rollout-annotations": changed({"metadata.annotations": {
+        "llmfleet.dev/rollout-pause": "false", "llmfleet.dev/rollout-promote": "1764230400",
+        "llmfleet.dev/rollout-abort": "", "llmfleet.dev/rollout-retry": "again",
+        "llmfleet.dev/owner": "team-a", "rollout-pause": "yes"}}),
+    "rollout-paused": changed({"metadata.annotations": {"llmfleet.dev/rollout-pause": "true"}}),
+    # Words kubectl reads as numbers unless quoted: they must reach the API server as strings.
+    "extra-args-words-that-look-like-numbers": changed({"model.maxModelLen": 8192,
+        "runtime.extraArgs": ["--max-model-len", "08192", "--tokenizer-revision", "4e3"]}),
     "eagle-head-of-the-model": changed({"runtime.speculative": {
         "method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}),
 }  # fmt: skip

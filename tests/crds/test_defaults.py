@@ -87,6 +87,12 @@ ACCEPTED = [
     ("extraArgs load format vs a streamed source", "model.source", "gs://bucket/model"),
     ("nodeSelector gpu.memory of a product", "topology.unified.nodeSelector",
      {"nvidia.com/gpu.memory": "81559"}),
+    # Third round: pipeline parallel, image names, the rollout-pause annotation.
+    ("extraArgs pipeline parallel vs gpu.count", "runtime.extraArgs", ["-pp", "1"]),
+    ("extraArgs pipeline parallel vs tensorParallel", "runtime.tensorParallel", 1),
+    ("extraArgs pipeline parallel vs gpu.count", "runtime.gpu.count", 8),
+    ("image name at most 255 as the kubelet reads it", "runtime.image", "a" * 237),
+    ("image digest of a known algorithm", "runtime.image", "org/x@sha384:" + "b" * 96),
 ]  # fmt: skip
 
 # (the rule, the field set alone, its value, words the message must hold: the default that
@@ -114,6 +120,8 @@ TOLD = [
      "set timeoutSeconds"),
     ("nodeSelector gpu.memory of a product", "topology.unified.nodeSelector",
      {"nvidia.com/gpu.memory": "23034"}, "H100 by default: set runtime.gpu.type"),
+    ("extraArgs pipeline parallel vs gpu.count", "runtime.extraArgs", ["-pp", "2"],
+     "runtime.gpu.count (1 by default)"),
 ]  # fmt: skip
 
 
@@ -141,3 +149,17 @@ def test_an_older_spec_with_only_the_bounds_gets_replicas_between_them() -> None
     assert (pool.min_replicas, pool.replicas, pool.max_replicas) == (3, 3, 5)
     unset = InferenceService.model_validate(alone("topology.unified", {"maxReplicas": 5}))
     assert unset.spec.pools()["unified"].replicas == 1
+
+
+# Annotations the admission policy checks, each set alone (`metadata.annotations`).
+ANNOTATIONS_ALONE = [
+    {"llmfleet.dev/rollout-pause": "true"}, {"llmfleet.dev/rollout-pause": "false"},
+    {"llmfleet.dev/rollout-promote": "2026-11-27T17:00:00Z"}, {"llmfleet.dev/rollout-abort": "1"},
+    {"llmfleet.dev/rollout-retry": ""},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("annotations", ANNOTATIONS_ALONE, ids=str)
+def test_a_rollout_annotation_set_alone_is_accepted(annotations: dict[str, str]) -> None:
+    manifest = {**MINIMAL, "metadata": {"name": "alone", "annotations": annotations}}
+    assert problems(manifest) == []

@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
-from llmfleet.crds.kubectl_yaml import documents, scalar
+from llmfleet.crds.kubectl_yaml import documents, dump, scalar
+from tests.crds.cases import CASES, VALID_AT_THE_EDGE
 
 READ_AS = [
     # YAML 1.1's booleans, which YAML 1.2 reads as strings: go-yaml v2 keeps them booleans.
@@ -44,3 +46,47 @@ def test_quoted_scalars_stay_strings_and_keys_become_text() -> None:
     [(number, document)] = documents("a: 'on'\nb: \"4e3\"\n1: x\non: z\n<<: {c: 1}\n")
     assert number == 1
     assert document == {"a": "on", "b": "4e3", "1": "x", "true": "z", "c": 1}
+
+
+# Strings whose plain spelling kubectl reads as something else; PyYAML writes the first four
+# plain (YAML 1.1 reads them as strings), so a table row holding one reached the API server as
+# a number or a boolean.
+NOT_PLAIN = ["08192", "4e3", "1.", "0o17", "on", "y", "0x1F", "1_000", "~", ".inf", ""]
+
+
+@pytest.mark.parametrize("text", NOT_PLAIN)
+def test_a_string_kubectl_would_read_as_another_type_is_quoted(text: str) -> None:
+    [(_, document)] = documents(dump({"words": [text], text: "key"}))
+    assert document == {"words": [text], text: "key"}
+
+
+def test_pyyaml_alone_writes_strings_kubectl_reads_as_numbers() -> None:
+    """Why the tables dump with `kubectl_yaml.dump`: `yaml.safe_dump` writes `08192` plain."""
+    [(_, document)] = documents(yaml.safe_dump({"words": ["08192", "4e3"]}))
+    assert document == {"words": [8192.0, 4000.0]}
+
+
+ALL_MANIFESTS = [
+    *(pytest.param(case.manifest(), id=case.id) for case in CASES),
+    *(pytest.param(manifest, id=f"valid-{name}") for name, manifest in VALID_AT_THE_EDGE.items()),
+]
+
+
+def _kinds(value: object) -> object:
+    """`value` as JSON carries it to the API server: every number a float (10**20 reads as
+    1e20, past what an integer holds), strings, booleans and nulls as they are."""
+    if isinstance(value, dict):
+        return {key: _kinds(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_kinds(item) for item in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+@pytest.mark.parametrize("manifest", ALL_MANIFESTS)
+def test_every_table_manifest_reads_back_as_written(manifest: object) -> None:
+    """What the cluster tests send is the table's manifest: each string a string, each number
+    the number, each boolean the boolean."""
+    [(_, document)] = documents(dump(manifest))
+    assert _kinds(document) == _kinds(manifest)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmfleet.crds import kubectl_yaml
 from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, YAML_DIALECT, Case
 
 LLMFLEET = Path(sys.executable).parent / "llmfleet"
@@ -35,7 +36,7 @@ def test_the_samples_are_valid() -> None:
 
 
 def test_manifests_just_inside_the_rules_are_valid() -> None:
-    stream = yaml.safe_dump_all(VALID_AT_THE_EDGE.values())
+    stream = kubectl_yaml.dump_all(VALID_AT_THE_EDGE.values())
     result = validate("-", stdin=stream)
     assert result.returncode == 0, result.stdout
 

@@ -330,4 +330,46 @@ CASES = [
             "--max-num-batched-tokens": "2048",
         },
     ),
+    # extraArgs' -tp: the GPUs one engine leaves serve as data-parallel replicas.
+    Case(
+        "h100-extra-args-tensor-parallel-replicas",
+        "H100:8",
+        cfg(runtime={"gpu": {"type": "H100", "count": 8}, "extraArgs": ["-tp", "2"]}),
+        expect={"--tensor-parallel-size": "2", "--data-parallel-size": "4"},
+    ),
+    Case(
+        "h100-extra-args-tensor-and-pipeline-replicas",
+        "H100:8",
+        cfg(runtime={"gpu": {"type": "H100", "count": 8}, "extraArgs": ["-tp", "1", "-pp", "2"]}),
+        expect={
+            "--tensor-parallel-size": "1",
+            "--pipeline-parallel-size": "2",
+            "--data-parallel-size": "4",
+        },
+    ),
+    # extraArgs' -pp: the tensor-parallel default follows (one engine over all the GPUs).
+    Case(
+        "h100-pipeline-tensor-default-follows",
+        "H100:4",
+        cfg(runtime={"gpu": {"type": "H100", "count": 4}, "extraArgs": ["-pp", "2"]}),
+        expect={"--tensor-parallel-size": "2", "--pipeline-parallel-size": "2"},
+        absent=("--data-parallel-size",),
+    ),
+    # ... and the data-parallel default counts the engines tensor x pipeline GPUs leave room for.
+    Case(
+        "h100-pipeline-beside-tensor-parallel-replicas",
+        "H100:8",
+        cfg(
+            runtime={
+                "gpu": {"type": "H100", "count": 8},
+                "tensorParallel": 2,
+                "extraArgs": ["--pipeline_parallel_size=2"],
+            }
+        ),
+        expect={
+            "--tensor-parallel-size": "2",
+            "--pipeline-parallel-size": "2",
+            "--data-parallel-size": "2",
+        },
+    ),
 ]

@@ -10,8 +10,11 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llmfleet.crds import InferenceService
+from llmfleet.crds import InferenceService, engine_args
 from llmfleet.crds._base import SKIP_RULES
+from llmfleet.crds.engine_args import DATA_PARALLEL as DP
+from llmfleet.crds.engine_args import PIPELINE_PARALLEL
+from llmfleet.crds.engine_args import TENSOR_PARALLEL as TP
 from llmfleet.crds.validation import problems
 from llmfleet.operator.children import runtime_config
 from llmfleet.runtime.args import plan_engine
@@ -24,6 +27,7 @@ WORDS = [
     "--max-num-seqs", "--max_num_seqs=64", "--max-num-batched-tokens",
     "--max-num-batched-tokens=256",
     "-tp", "--tensor-parallel-size=2", "--tensor_parallel_size", "-dp", "2",
+    "-pp", "--pipeline-parallel-size=2", "--pipeline_parallel_size", "-pp=4", "3", "4",
     "-O0", "-O3", "-O", "--optimization-level", "--optimization-level=0", "-O=0", "0",
     "--enforce-eager", "--no-enforce-eager", "--enforce-eager=1",
     "--enable-prefix-caching", "--disable-prefix-caching", "--no-enable-prefix-caching",
@@ -95,10 +99,24 @@ def launcher_refusal(document: Any) -> str | None:
     for pool in service.spec.pools():
         config = config_of(runtime_config(service, pool))
         try:
-            plan_engine(config, gpu_of(f"{gpu.type.value}:{gpu.count}"), pod_ip="10.0.0.7")
+            plan = plan_engine(config, gpu_of(f"{gpu.type.value}:{gpu.count}"), pod_ip="10.0.0.7")
         except LauncherError as error:
             return str(error)
+        assert_pipeline_fits(plan.argv, gpu.count, list(config.runtime.extra_args))
     return None
+
+
+def assert_pipeline_fits(argv: list[str], count: int, words: list[str]) -> None:
+    """A command line the launcher plans with a pipeline-parallel size starts on the pod's GPUs,
+    and leaves none idle unless extraArgs set -dp: tensor x pipeline x data parallel fit them,
+    tensor x pipeline divides them (the product of -tp and -dp alone is not checked)."""
+    sizes = {arg.flag: arg.values for arg in engine_args.split(argv[3:])}
+    if PIPELINE_PARALLEL not in sizes:
+        return
+    tp, pp, dp = (int(sizes.get(flag, ("1",))[0]) for flag in (TP, PIPELINE_PARALLEL, DP))
+    assert tp * pp * dp <= count, (argv, count)
+    assert count % (tp * pp) == 0, (argv, count)
+    assert engine_args.first_values(words, DP) or tp * pp * dp == count, (argv, count)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -106,6 +124,13 @@ def launcher_refusal(document: Any) -> str | None:
 @example({"name": "org/model"}, {"extraArgs": ["--port", "1"]}, False)
 @example({"name": "org/model"}, {"maxNumSeqs": 64, "extraArgs": ["--max_num_seqs=064"]}, False)
 @example({"name": "org/model"}, {"cudaGraphs": False, "extraArgs": ["-O=0"]}, True)
+@example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 4}, "extraArgs": ["-pp", "2"]},
+         False)  # fmt: skip
+@example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 4}, "tensorParallel": 1,
+                                 "extraArgs": ["-pp", "2"]}, False)  # fmt: skip
+@example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 4},
+                                 "extraArgs": ["-tp", "2", "-pp", "2", "-dp", "2"]},
+         False)  # fmt: skip
 def test_admission_accepts_exactly_what_the_launcher_plans(
     model: dict[str, Any], runtime: dict[str, Any], disaggregated: bool
 ) -> None:

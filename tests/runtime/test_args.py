@@ -194,6 +194,20 @@ def _runtime(**fields: Any) -> dict[str, Any]:
             id="parallel-beyond-the-gpus",
         ),
         pytest.param(
+            "H100:4",
+            _runtime(tensorParallel=4, extraArgs=["-pp", "2"]),
+            ExitCode.CONFLICTING_ARGS,
+            "tensor x pipeline x data parallel (4 x 2 x 1) must fit the pod's 4 GPUs",
+            id="pipeline-beyond-the-gpus",
+        ),
+        pytest.param(
+            "H100:4",
+            _runtime(extraArgs=["-pp", "3"]),
+            ExitCode.CONFLICTING_ARGS,
+            "--pipeline-parallel-size 3 must divide the pod's 4 GPUs",
+            id="pipeline-not-dividing",
+        ),
+        pytest.param(
             "H100:1",
             _runtime(extraArgs=["--port", "9000"]),
             ExitCode.CONFLICTING_ARGS,

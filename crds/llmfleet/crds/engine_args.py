@@ -33,6 +33,7 @@ NUMBER = "^([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]{1,3})?$"
 ALIASES = {
     "-tp": "--tensor-parallel-size",
     "-dp": "--data-parallel-size",
+    "-pp": "--pipeline-parallel-size",
     "-q": "--quantization",
     "-sc": "--speculative-config",
     "--device-memory-utilization": "--gpu-memory-utilization",
@@ -340,9 +341,9 @@ def problems(words: list[str], fields: TypedFields) -> list[str]:
         reason = out_of_range(arg)
         if reason:
             found.append(reason)
-    reason = parallelism(args, fields)
-    if reason:
-        found.append(reason)
+    for reason in (parallelism(args, fields), pipeline(words, fields)):
+        if reason:
+            found.append(reason)
     found += [
         f"extraArgs {' '.join(arg.words())}: {size} does not divide the pod's {fields.gpu_count} "
         "GPUs (runtime.gpu.count)"
@@ -357,11 +358,12 @@ def problems(words: list[str], fields: TypedFields) -> list[str]:
 
 
 KV_CACHE_BYTES, LOAD_FORMAT, STREAMER = "--kv-cache-memory-bytes", "--load-format", "runai_streamer"
-VALUE_OPTIONS = (*(owned.flag for owned in OWNED), "--data-parallel-size", "--kv-transfer-config",
-                 KV_CACHE_BYTES, LOAD_FORMAT)  # fmt: skip
+VALUE_OPTIONS = (*(owned.flag for owned in OWNED), "--data-parallel-size",
+                 "--pipeline-parallel-size", "--kv-transfer-config", KV_CACHE_BYTES,
+                 LOAD_FORMAT)  # fmt: skip
 """Options that take exactly one value (vLLM's parser refuses the command line otherwise)."""
-AT_LEAST_ONE = ("--tensor-parallel-size", "--data-parallel-size", "--max-num-seqs",
-                "--max-num-batched-tokens")  # fmt: skip
+AT_LEAST_ONE = ("--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size",
+                "--max-num-seqs", "--max-num-batched-tokens")  # fmt: skip
 """Options whose value, a whole number, must be at least 1 (as their typed fields' are)."""
 FRACTION = "--gpu-memory-utilization"
 """An option whose value, a number, must be in (0, 1] (as `runtime.gpuMemoryUtilization`)."""
@@ -432,6 +434,9 @@ def engine_limits(args: list[Arg], fields: TypedFields) -> list[str]:
 
 
 TENSOR_PARALLEL, DATA_PARALLEL = "--tensor-parallel-size", "--data-parallel-size"
+PIPELINE_PARALLEL = "--pipeline-parallel-size"
+PIPELINE_WHY = "(runtime.gpu.count: tensor x pipeline parallel must divide it)"
+"""The end of every problem `pipeline` reports (its rule's twin looks for it)."""
 
 
 def _size(arg: Arg) -> int | None:
@@ -458,3 +463,56 @@ def parallelism(args: list[Arg], fields: TypedFields) -> str | None:
             f"{count} (runtime.gpu.count)"
         )
     return None
+
+
+def first_size(words: list[str], flag: str) -> int | None:
+    """The first value extraArgs give `flag`, word by word (`first_values`), when it is a small
+    whole number; None when they give none, or something else (other checks refuse that)."""
+    values = first_values(words, flag)
+    return int(values[0]) if values and re.match(SMALL_INTEGER, values[0]) else None
+
+
+def default_tensor_parallel(count: int, pipeline_size: int | None) -> int:
+    """The launcher's tensor-parallel size when neither `runtime.tensorParallel` nor extraArgs
+    set one: one engine over all the pod's GPUs, so `gpu.count / -pp` when extraArgs give a
+    pipeline-parallel size that divides the count (else the count: `pipeline` refuses that)."""
+    if pipeline_size and pipeline_size <= count and count % pipeline_size == 0:
+        return count // pipeline_size
+    return count
+
+
+def pipeline(words: list[str], fields: TypedFields) -> str | None:
+    """Why the pipeline-parallel size extraArgs give does not fit the pod's GPUs (None: it does,
+    or they give none). One engine takes tensor x pipeline GPUs and the data-parallel ranks one
+    engine each (vLLM refuses to start on fewer GPUs), and the engine's GPUs must divide the
+    pod's, as `runtime.tensorParallel` must (the rest would idle). The sizes are the first
+    value of each option (`first_values`; one option twice is refused apart); the tensor size is
+    extraArgs' `-tp`, else `runtime.tensorParallel`, else it follows: `gpu.count / -pp`
+    (`default_tensor_parallel`), so that only `-pp` dividing the count is checked. A `-dp` left
+    out is 1 (the launcher's default follows: the GPUs left over). Values that are no small whole
+    number, or 0, are other checks' to refuse."""
+    count = fields.gpu_count
+    pipes, tensors = first_values(words, PIPELINE_PARALLEL), first_values(words, TENSOR_PARALLEL)
+    datas = first_values(words, DATA_PARALLEL)
+    if not pipes or not re.match(SMALL_INTEGER, pipes[0]) or int(pipes[0]) == 0:
+        return None
+    p = int(pipes[0])
+    d = int(datas[0]) if datas and re.match(SMALL_INTEGER, datas[0]) else 1
+    if tensors:
+        if not re.match(SMALL_INTEGER, tensors[0]) or int(tensors[0]) == 0:
+            return None
+        t = int(tensors[0])
+    elif fields.tensor_parallel is not None:
+        t = fields.tensor_parallel
+    else:
+        if count % p == 0:
+            return None
+        return (
+            f"extraArgs {PIPELINE_PARALLEL} {p} must divide the pod's {count} GPUs {PIPELINE_WHY}"
+        )
+    if t * p <= count and count % (t * p) == 0 and d * t * p <= count:
+        return None
+    return (
+        f"extraArgs {PIPELINE_PARALLEL} {p}: tensor x pipeline x data parallel ({t} x {p} x {d}) "
+        f"must fit the pod's {count} GPUs {PIPELINE_WHY}"
+    )

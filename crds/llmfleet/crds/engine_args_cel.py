@@ -27,6 +27,8 @@ from llmfleet.crds.engine_args import (
     ONE_WORD,
     OPTION,
     OWNED,
+    PIPELINE_PARALLEL,
+    PIPELINE_WHY,
     REFUSED,
     SMALL_INTEGER,
     STREAMER,
@@ -150,6 +152,31 @@ def _parallelism_cel() -> str:
         f"{tensor}.all(t, !t.matches({small}) || int(t) <= {count}) && ({given_tp} ? "
         f"{data}.all(d, !d.matches({small}) || int(d) <= {count}) : "
         f"{data}.all(d, !d.matches({small}) || int(d) * {base} <= {count}))"
+    )
+
+
+def _pipeline_cel() -> str:
+    """CEL twin of `engine_args.pipeline`: the first value of each size (CEL has no `let`, and
+    binding a list with a one-item `all` leaves its size unknown to the cost estimate, which
+    then exceeds the budget a hundredfold; each use below is a list of its own, added up)."""
+    count, small = "self.runtime.gpu.count", cel_string(SMALL_INTEGER)
+    typed = "self.runtime.tensorParallel"
+    pps, tps = _sizes(PIPELINE_PARALLEL), _sizes("--tensor-parallel-size")
+    dps = _sizes("--data-parallel-size")
+    p, t = f"int({pps}[0])", f"int({tps}[0])"
+    d = f"(size({dps}) > 0 && {dps}[0].matches({small}) ? int({dps}[0]) : 1)"
+
+    def fits(tensor: str) -> str:
+        # tensor x pipeline first: at most 8 when it passes, so x data cannot overflow an int.
+        return (
+            f"({tensor} * {p} <= {count} && {count} % ({tensor} * {p}) == 0 && "
+            f"{d} * {tensor} * {p} <= {count})"
+        )
+
+    return (
+        f"size({pps}) == 0 || !{pps}[0].matches({small}) || {p} == 0 || "
+        f"(size({tps}) > 0 ? (!{tps}[0].matches({small}) || {t} == 0 || {fits(t)}) : "
+        f"has({typed}) ? {fits(typed)} : {count} % {p} == 0)"
     )
 
 
@@ -302,6 +329,14 @@ def rules() -> list[ArgsRule]:
             "default; without -tp in extraArgs the tensor-parallel size is "
             "runtime.tensorParallel, or gpu.count)",
             _mentions("(tensor x data parallel)"),
+        ),
+        ArgsRule(
+            _pipeline_cel(),
+            "runtime.extraArgs --pipeline-parallel-size does not fit runtime.gpu.count (1 by "
+            "default): one engine takes tensor x pipeline parallel GPUs, which must divide "
+            "gpu.count, and each data-parallel rank one engine (without -tp in extraArgs or "
+            "runtime.tensorParallel, the tensor-parallel size follows: gpu.count / -pp)",
+            lambda p: p.startswith(f"extraArgs {PIPELINE_PARALLEL} ") and p.endswith(PIPELINE_WHY),
         ),
         ArgsRule(
             f"{_sizes('--tensor-parallel-size')}.all(t, !t.matches({cel_string(SMALL_INTEGER)}) "

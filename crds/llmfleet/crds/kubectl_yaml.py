@@ -13,13 +13,17 @@ v2's rules are neither YAML 1.1 (PyYAML's) nor YAML 1.2 core:
   kubectl refuses the file);
 - no sexagesimal numbers: `3:00` is a string (PyYAML reads 180); dates and times stay strings.
 Checked against kubectl v1.32's client-side decoding; the tests hold a table of these cases.
+
+`dump` writes YAML that kubectl reads back as the same document: a string whose plain spelling
+go-yaml v2 would read as something else (`08192`, `on`, `4e3`, `0x1F`) is quoted. PyYAML's own
+dumper quotes only what YAML 1.1 reads as another type, so it writes `08192` and `4e3` plain.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import yaml
 
@@ -120,3 +124,27 @@ def documents(text: str) -> Iterator[tuple[int, object]]:
     None). A YAML error is raised (`yaml.YAMLError`) when the reading reaches it, after the
     documents before it."""
     yield from enumerate(yaml.load_all(text, Loader=KubectlLoader), 1)
+
+
+class KubectlDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper that quotes every string go-yaml v2 would read as something else
+    (a number, a boolean, null); numbers and booleans are written as PyYAML writes them."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    read = scalar(text) if text else None
+    style = None if read == text and isinstance(read, str) else "'"
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+KubectlDumper.add_representer(str, _represent_str)
+
+
+def dump(document: object) -> str:
+    """One document as YAML that kubectl sends as `document` itself."""
+    return yaml.dump(document, Dumper=KubectlDumper, sort_keys=False)
+
+
+def dump_all(documents: Iterable[object]) -> str:
+    """Several documents, `---` between them (see `dump`)."""
+    return yaml.dump_all(documents, Dumper=KubectlDumper, sort_keys=False, explicit_start=True)

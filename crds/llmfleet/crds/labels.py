@@ -43,7 +43,7 @@ of `spec.runtime.env` would replace them and break the KV transfer, so admission
 
 ROLLOUT_PAUSE = "llmfleet.dev/rollout-pause"
 """Annotation: `"true"` holds a canary rollout at its step (no analysis, no step advanced);
-any other value or none resumes it."""
+`"false"` or none resumes it. Admission refuses any other value (`admission_policy`)."""
 ROLLOUT_PROMOTE = "llmfleet.dev/rollout-promote"
 """Annotation: a new value (a timestamp, say) promotes the canary in progress at once."""
 ROLLOUT_ABORT = "llmfleet.dev/rollout-abort"

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from llmfleet.crds import admission_policy
 from llmfleet.crds._base import ApiModel
 from llmfleet.crds.inference_service import (
     GROUP,
@@ -30,6 +31,8 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 MANIFESTS_DIR = Path(__file__).resolve().parents[2] / "manifests"
 """`crds/manifests/`: the rendered CRD, committed (a test fails when it is stale)."""
 CRD_FILE = MANIFESTS_DIR / f"{CRD_NAME}.yaml"
+POLICY_FILE = MANIFESTS_DIR / f"{CRD_NAME}-admission-policy.yaml"
+"""The ValidatingAdmissionPolicy of the annotations and its binding (`admission_policy`)."""
 CHART_CRDS_DIR = MANIFESTS_DIR.parents[1] / "charts" / "llmfleet" / "crd-manifests"
 """The Helm chart's copy of every file in `crds/manifests/` (its templates render them)."""
 
@@ -165,11 +168,20 @@ def render_yaml() -> str:
     return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=100, allow_unicode=True)
 
 
+def render_policy_yaml() -> str:
+    return HEADER + yaml.safe_dump_all(
+        [admission_policy.policy(), admission_policy.binding()],
+        sort_keys=False,
+        width=100,
+        allow_unicode=True,
+    )
+
+
 def _wanted() -> dict[Path, str]:
     """Each committed manifest, and its chart copy, with the text it must have."""
-    wanted = {CRD_FILE: render_yaml()}
+    wanted = {CRD_FILE: render_yaml(), POLICY_FILE: render_policy_yaml()}
     for source in sorted(MANIFESTS_DIR.glob("*.yaml")):
-        if source != CRD_FILE:
+        if source not in wanted:
             wanted[source] = source.read_text()
     return wanted | {CHART_CRDS_DIR / path.name: text for path, text in wanted.items()}
 

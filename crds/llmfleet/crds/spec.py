@@ -72,8 +72,49 @@ path in the image (weights baked into a custom `runtime.image`)."""
 REVISION = r"^[^ \t\n\r\f\v~^?*\[\\]+$"
 """A hub revision (branch, tag or commit): no whitespace, none of `~^?*[\\` (git refuses them in
 a ref name)."""
-DIGEST_SHA256 = r"@sha256:[a-f0-9]{64}$"
-"""A sha256 digest as the kubelet (the OCI image spec) reads it: 64 lowercase hex digits."""
+DIGEST = r"@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$"
+"""A digest as the kubelet parses one (distribution's reference, with go-digest's algorithms):
+sha256, sha384 or sha512, each with its number of lowercase hex digits; any other refused."""
+IMAGE_NAME_MAX = 255
+"""Characters an image's name may have as the kubelet reads it (`image_name_length`): it refuses
+a longer one ("repository name must not be more than 255 characters")."""
+REGISTRY_FIRST = r"^(localhost|[^/]*[.:][^/]*)/"
+"""A name whose first component is a registry (a dot or a port in it, or `localhost`)."""
+
+
+def image_name_length(image: str) -> int:
+    """The length of `image`'s name as the kubelet checks it (distribution's
+    `ParseNormalizedNamed`): the registry and path without tag and digest, after naming Docker
+    Hub's registry (`docker.io/`, for `index.docker.io` too) and its `library/` for a one-part
+    path there (`ubuntu` is `docker.io/library/ubuntu`)."""
+    ref = image.split("@", maxsplit=1)[0]
+    name = ref[: ref.rfind(":")] if ref.rfind(":") > ref.rfind("/") else ref
+    if re.match(REGISTRY_FIRST, name) is None:
+        return len("docker.io/") + len(name) + (0 if "/" in name else len("library/"))
+    length = len(name) - (len("index.docker.io") - len("docker.io")) * name.startswith(
+        "index.docker.io/"
+    )
+    hub = name.startswith(("docker.io/", "index.docker.io/"))
+    return length + (len("library/") if hub and "/" not in name.partition("/")[2] else 0)
+
+
+def _image_name_length_cel() -> str:
+    """CEL: `image_name_length(self.image)` (no `let`: the name is spelt out where used)."""
+    ref = "self.image.split('@')[0]"
+    tag = f"{ref}.lastIndexOf(':')"
+    name = f"({tag} > {ref}.lastIndexOf('/') ? {ref}.substring(0, {tag}) : {ref})"
+    hub = f"({name}.startsWith('docker.io/') || {name}.startsWith('index.docker.io/'))"
+    library = f"({hub} && !{name}.substring({name}.indexOf('/') + 1).contains('/') ? 8 : 0)"
+    return (
+        f"({name}.matches({cel_string(REGISTRY_FIRST)}) ? "
+        f"size({name}) - ({name}.startsWith('index.docker.io/') ? 6 : 0) + {library} : "
+        f"size({name}) + 10 + ({name}.contains('/') ? 0 : 8))"
+    )
+
+
+IMAGE_ID = r"^[a-f0-9]{64}$"
+"""64 lowercase hex digits alone: the kubelet refuses them as a name to pull ("cannot specify
+64-byte hexadecimal strings": they read as a local image ID)."""
 RENDERED_TEXT_MAX = 65_536
 """Characters `runtime.env` values and `runtime.extraArgs` may hold together. The operator copies
 them into each pool's runtime config (a ConfigMap of at most 1 MiB, holding up to four pools'
@@ -473,16 +514,29 @@ class RuntimeSpec(ApiModel):
 
     rules = (
         Rule(
-            cel="!has(self.image) || !self.image.contains('@sha256:') || "
-            f"self.image.matches({cel_string(DIGEST_SHA256)})",
-            message="runtime.image's sha256 digest must be 64 lowercase hex digits (the kubelet "
-            "cannot pull by any other)",
+            cel="!has(self.image) || !self.image.contains('@') || "
+            f"self.image.matches({cel_string(DIGEST)})",
+            message="runtime.image's digest must be sha256 with 64 lowercase hex digits (or "
+            "sha384 with 96, sha512 with 128): the kubelet cannot pull by any other",
             field_path=".image",
             check=lambda r: (
-                r.image is None
-                or "@sha256:" not in r.image
-                or re.search(DIGEST_SHA256, r.image) is not None
+                r.image is None or "@" not in r.image or re.search(DIGEST, r.image) is not None
             ),
+        ),
+        Rule(
+            cel=f"!has(self.image) || {_image_name_length_cel()} <= {IMAGE_NAME_MAX}",
+            message=f"runtime.image's name must be at most {IMAGE_NAME_MAX} characters as the "
+            "kubelet reads it (registry and path, without tag and digest; docker.io/ and its "
+            "library/ count for an image that names no registry): it cannot pull a longer one",
+            field_path=".image",
+            check=lambda r: r.image is None or image_name_length(r.image) <= IMAGE_NAME_MAX,
+        ),
+        Rule(
+            cel=f"!has(self.image) || !self.image.matches({cel_string(IMAGE_ID)})",
+            message="runtime.image may not be 64 hex digits alone: the kubelet reads them as an "
+            "image ID, not a name it can pull (write the repository: name@sha256:<digits>)",
+            field_path=".image",
+            check=lambda r: r.image is None or re.search(IMAGE_ID, r.image) is None,
         ),
         Rule(
             cel="!has(self.imagePullSecrets) || "

@@ -2,7 +2,8 @@
 words, naming the field (pure: no I/O; `llmfleet validate` reads the files).
 
 A manifest is read as kubectl sends it (`kubectl_yaml`), its labels and annotations checked as
-the API server checks any object's (`metadata`), and the models are validated as the API
+the API server checks any object's (`metadata`) and as our admission policy checks the rollout
+annotations (`admission_policy`), and the models are validated as the API
 server sees a manifest: its JSON, types strict (a string
 is never a number or a boolean, `"30s"` is not 30), except that a whole number written as a
 float (`2.0`) counts as an integer, as it does for the API server. The CEL rules run as their
@@ -23,7 +24,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from llmfleet.crds import kubectl_yaml
+from llmfleet.crds import admission_policy, kubectl_yaml
 from llmfleet.crds import metadata as meta
 from llmfleet.crds._base import RULE_ERROR
 from llmfleet.crds.inference_service import API_VERSION, GROUP, KIND, InferenceService
@@ -60,6 +61,11 @@ def problems(document: object) -> list[Problem]:
     if isinstance(metadata, dict) and not (metadata.get("name") or metadata.get("generateName")):
         found.append(Problem("metadata.name", "required: every InferenceService has a name"))
     found += [Problem(path, message) for path, message in meta.problems(metadata)]
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if isinstance(annotations, dict):
+        found += [
+            Problem(path, message) for path, message in admission_policy.problems(annotations)
+        ]
     # The API server ignores `status` in a manifest (the status subresource owns it).
     manifest = {key: value for key, value in document.items() if key != "status"}
     try:

@@ -11,7 +11,14 @@ import re
 from dataclasses import dataclass, field, replace
 
 from llmfleet.crds import engine_args
-from llmfleet.crds.engine_args import BATCHED_TOKENS, INTEGER, NUM_SEQS, TypedFields
+from llmfleet.crds.engine_args import (
+    BATCHED_TOKENS,
+    INTEGER,
+    NUM_SEQS,
+    PIPELINE_PARALLEL,
+    TENSOR_PARALLEL,
+    TypedFields,
+)
 from llmfleet.crds.labels import LAUNCHER_ENV
 from llmfleet.runtime import sizing
 from llmfleet.runtime.config import Role, RuntimeConfig
@@ -76,8 +83,16 @@ def _spec(flag: str, value: str | None, spec_field: str) -> Option:
 
 
 def _parallelism(config: RuntimeConfig, gpu: Gpu) -> tuple[int, list[Option]]:
+    """The tensor-parallel size and the launcher's parallel options. Without
+    `runtime.tensorParallel`, one engine spans the pod's GPUs: with extraArgs' `-pp p` its tensor
+    size is `gpu.count / p` (`engine_args.default_tensor_parallel`); the GPUs one engine does not
+    take (tensor, extraArgs' `-tp` when given, x pipeline) serve as data-parallel replicas.
+    extraArgs replace these defaults; whether their sizes fit is `engine_args.problems`' to say
+    (`merge` refuses them)."""
     wanted = config.runtime.tensor_parallel
-    tp = wanted or gpu.count
+    words = list(config.runtime.extra_args)
+    pipeline = engine_args.first_size(words, PIPELINE_PARALLEL) or 1
+    tp = wanted or engine_args.default_tensor_parallel(gpu.count, pipeline)
     if tp > gpu.count:
         raise LauncherError(
             ExitCode.BAD_PARALLELISM,
@@ -88,17 +103,23 @@ def _parallelism(config: RuntimeConfig, gpu: Gpu) -> tuple[int, list[Option]]:
             ExitCode.BAD_PARALLELISM,
             f"tensorParallel {tp} does not divide the pod's {gpu.count} GPUs",
         )
+    over_all = "one engine over all the GPUs"
+    if pipeline > 1:
+        over_all += f" (gpu.count {gpu.count} / extraArgs {PIPELINE_PARALLEL} {pipeline})"
     options = [
         _spec("--tensor-parallel-size", str(tp), "runtime.tensorParallel")
         if wanted
-        else Option("--tensor-parallel-size", (str(tp),), reason="one engine over all the GPUs")
+        else Option("--tensor-parallel-size", (str(tp),), reason=over_all)
     ]
-    if gpu.count > tp:
+    # The engine's GPUs as vLLM will run it: extraArgs' -tp replaces the tensor size above.
+    engine = (engine_args.first_size(words, TENSOR_PARALLEL) or tp) * pipeline
+    if gpu.count > engine and gpu.count % engine == 0:
+        per_engine = f"tensor x pipeline parallel {engine // pipeline} x {pipeline}"
         options.append(
             Option(
                 "--data-parallel-size",
-                (str(gpu.count // tp),),
-                reason=f"{gpu.count} GPUs / tensorParallel {tp}: the rest serve as replicas",
+                (str(gpu.count // engine),),
+                reason=f"{gpu.count} GPUs / {per_engine}: the rest serve as replicas",
             )
         )
     return tp, options

@@ -30,7 +30,8 @@ SCRAPE_SECONDS = 2
 
 
 def crd_files() -> list[Path]:
-    """The CRD manifests (the InferenceService and kopf's peering), from the checkout."""
+    """The CRD manifests (the InferenceService, its admission policy of the rollout
+    annotations, and kopf's peering), from the checkout."""
     from llmfleet.crds.render import MANIFESTS_DIR  # noqa: PLC0415 - pydantic models: only here
 
     return sorted(MANIFESTS_DIR.glob("*.yaml"))
