@@ -14,6 +14,7 @@ its service when it ends, giving the node's memory back to the modules after it.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -35,6 +36,8 @@ pytestmark = pytest.mark.e2e
 
 SERVICE = "tiny"
 MODEL = vllm_engine.SERVED_NAME
+CANARY_INTERVAL, CANARY_MIN_REQUESTS = 10, 10
+"""The canary analysis: a verdict per 10 s window holding at least 10 requests of each side."""
 KV_CACHE_BYTES = 8 * 2**20
 """4,096 tokens of the tiny model (2,048 bytes a token): two full-length sequences."""
 MANIFEST = f"""
@@ -56,9 +59,14 @@ spec:
     unified: {{replicas: 2, minReplicas: 2, maxReplicas: 2}}
   slo: {{ttftP95Ms: 2000}}
   autoscaling: {{enabled: true}}
+  rollout:
+    strategy: Canary
+    steps: [{{weight: 50, pauseSeconds: 120}}]
+    analysis: {{intervalSeconds: {CANARY_INTERVAL}, minRequests: {CANARY_MIN_REQUESTS}}}
 """
 """The sample (core/local/samples/vllm-cpu.yaml) with two autoscaled engines pinned at 2 (the
-autoscaler reads their series but has no room to move), a small KV cache and a TTFT target."""
+autoscaler reads their series but has no room to move), a small KV cache, a TTFT target and
+canary rollouts (a change of the engine's flags is analysed at 50% before it is promoted)."""
 READY_SECONDS = 900
 """Both engines started and warmed up (~1 min each alone on 2 cores; CI shares them)."""
 WARMUP_REQUESTS = 2
@@ -343,3 +351,105 @@ def test_a_forced_preemption_shows_in_the_alert_that_watches_it(tiny: LocalSyste
 
     alerts = wait_for(alert, 120, "LLMFleetPreemptionsRising for the vLLM service", every=2)
     assert alerts[0]["metric"]["alertstate"] in ("pending", "firing")
+
+
+class Load:
+    """Closed-loop streamed chats through the gateway from a few clients, a session each
+    request, each counted by the revision that answered (`x-llmfleet-revision`)."""
+
+    def __init__(self, system: LocalSystem, clients: int = 4) -> None:
+        self.system = system
+        self.clients = clients
+        self.stop = threading.Event()
+        self.tally = Tally()
+        self.revisions: list[str] = []
+        self.threads: list[threading.Thread] = []
+
+    def _work(self, n: int) -> None:
+        with client(self.system, timeout=120) as api:
+            while not self.stop.is_set():
+                try:
+                    raw = api.chat.completions.with_raw_response.create(
+                        model=MODEL, messages=[{"role": "user", "content": f"Client {n}: go"}],
+                        max_tokens=32, stream=True, extra_body={"ignore_eos": True},
+                        extra_headers={"x-session-id": f"{n}-{time.monotonic_ns()}"},
+                    )  # fmt: skip
+                    finish = None
+                    for chunk in raw.parse():
+                        if chunk.choices and chunk.choices[0].finish_reason:
+                            finish = chunk.choices[0].finish_reason
+                    self.revisions.append(raw.headers.get("x-llmfleet-revision", ""))
+                    self.tally.add("ok" if finish == "length" else "lost")
+                except openai.APIError as error:
+                    self.tally.add(type(error).__name__)
+                    time.sleep(0.25)
+
+    def __enter__(self) -> Load:
+        for n in range(self.clients):
+            self.threads.append(threading.Thread(target=self._work, args=(n,), daemon=True))
+            self.threads[-1].start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(120)
+            assert not thread.is_alive(), "a client hung"
+
+
+def _status(system: LocalSystem) -> dict[str, Any]:
+    found: dict[str, Any] = system.get("inferenceservice", SERVICE, "-n", "default").get(
+        "status", {}
+    )
+    return found
+
+
+def test_a_canary_with_a_slower_engine_flag_is_rolled_back_on_latency(tiny: LocalSystem) -> None:
+    """The engine's flags change to `--max-num-seqs 1` (one sequence at a time: a request waits
+    for the one before it): the canary's real TTFT, read by the operator's analysis from
+    Prometheus, lands in a higher histogram bucket than stable's, and the canary is rolled back
+    with no failed request."""
+    stable = _status(tiny)["revision"]
+    slower = json.dumps({"spec": {"runtime": {"extraArgs": [
+        "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--max-num-seqs", "1"]}}})  # fmt: skip
+    with Load(tiny) as load:
+        time.sleep(3)
+        tiny.kubectl("patch", "inferenceservice", SERVICE, "-n", "default", "--type=merge", "-p",
+                     slower)  # fmt: skip
+        canary = wait_for(
+            lambda: (
+                ((c := (_status(tiny).get("canary") or {}).get("revision")) != stable and c) or None
+            ),
+            60,
+            "the canary to start",
+        )
+        serving_at = wait_for(
+            lambda: (
+                (_status(tiny).get("canary") or {}).get("stepStartedAt")
+                or ((_status(tiny).get("canary") or {}).get("phase") == "RolledBack" or None)
+            ),
+            READY_SECONDS,
+            "the canary's engine to serve its step",
+            every=2,
+        )
+        served = time.monotonic()
+        wait_for(
+            lambda: (_status(tiny).get("canary") or {}).get("phase") == "RolledBack" or None,
+            300,
+            "the rollback",
+            every=1,
+        )
+        verdict = time.monotonic() - served
+        time.sleep(5)
+    degraded = next(c for c in _status(tiny)["conditions"] if c["type"] == "Degraded")
+    on_canary = load.revisions.count(canary)
+    print(load.tally.row("real vLLM canary rolled back"))
+    print(f"REAL VLLM canary: {on_canary} of {len(load.revisions)} requests on the canary; "
+          f"step served at {serving_at}, rolled back {verdict:.0f} s later: "
+          f"{degraded['message']}")  # fmt: skip
+    assert (degraded["status"], degraded["reason"]) == ("True", "CanaryRolledBack")
+    assert "TTFT p95 of the canary" in degraded["message"], degraded["message"]
+    assert _status(tiny)["revision"] == stable
+    assert on_canary >= CANARY_MIN_REQUESTS
+    assert not load.tally.failed, load.tally.row("canary")
+    assert load.tally.lost == 0
