@@ -2,7 +2,8 @@
 local/engines.py gives it, beside the same engine with the simulator's default waiting queue
 (1000, what engines.py passed before issue 26) and without KV-cache simulation.
 
-    .venv/bin/llmfleet isolated -- nice .venv/bin/python bench/sim_memory.py > bench/results/sim-memory.txt
+    .venv/bin/llmfleet isolated -- nice .venv/bin/python bench/sim_memory.py \
+        > bench/results/sim-memory.txt
 
 Each variant is a fresh simulator on 127.0.0.1 (POD_IP=127.0.0.1, as KV-cache simulation needs
 one) with `GODEBUG=gctrace=1`, so its log says the Go heap after each collection. A few client
@@ -51,7 +52,7 @@ ZERO_LATENCY = [
     "--inter-token-latency=0ms",
 ]
 GC_LINE = re.compile(r"(\d+)->(\d+)->(\d+) MB, (\d+) MB goal")
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa")
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,11 @@ def main() -> None:
     binary = build.binary(tool, "llm-d-inference-sim")
     if not binary.exists():
         raise SystemExit(f"{binary} missing: run `llmfleet cluster build`")
-    print(f"llm-d-inference-sim {tool.version}, {args.requests} requests per variant from "
-          f"{args.threads} threads, {OUTPUT_TOKENS} output tokens each; Python {sys.version.split()[0]}")  # fmt: skip
+    python = sys.version.split()[0]
+    print(
+        f"llm-d-inference-sim {tool.version}, {args.requests} requests per variant from "
+        f"{args.threads} threads, {OUTPUT_TOKENS} output tokens each; Python {python}"
+    )
     print()
     for variant in VARIANTS:
         run(variant, str(binary), args.requests, args.threads)
