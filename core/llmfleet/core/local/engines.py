@@ -23,7 +23,9 @@ that before it collects: every request's garbage (a 256 KiB response channel of 
 pointers among it) lands on fresh pages until the resident set reaches ~300 MiB, whatever the
 load, and the ring's own pages follow as tokens are generated. `engine_argv` therefore bounds
 the waiting queue (`waiting_queue_length`) so that the ring stays within `TPOT_RING_BYTES`;
-bench/sim_memory.py measures both (bench/results/sim-memory.txt).
+bench/sim_memory.py measures both (bench/results/sim-memory.txt). A `GOMEMLIMIT` alone (what
+the engine-local image's shim adds, vllm_shim.py) would not do: the untouched ring counts
+against it, and the collector would run without pause below it.
 
 A new engine is not ready for `COLD_START_SECONDS` (a stand-in for a GPU's minutes of model
 loading), so warm spares matter here as they do on a cluster.
