@@ -13,6 +13,8 @@ in two behind a shared 1500-word prefix, alternating completions and chat, strea
 depends on what each request allocates, not on how long it takes. Every tenth of the run prints
 the resident set (VmRSS), and the end prints the peak (VmHWM) and the last collection's heap:
 live after it and the goal of the next (Go collects when the heap reaches twice the live heap).
+The bounded variants then ask for long answers until every slot of the per-token metric ring
+(below) was written twice, the worst case: all of its pages resident.
 
 The simulator's per-token metric ring, 8 bytes x (seqs + waiting) x max-model-len, is live heap
 from the start, untouched: with the default queue it makes the goal ~520 MB, so each request's
@@ -55,6 +57,9 @@ ZERO_LATENCY = [
     "--inter-token-latency=0ms",
 ]
 GC_LINE = re.compile(r"(\d+)->(\d+)->(\d+) MB, (\d+) MB goal")
+RING_PASSES = 2
+"""How often `write_ring` goes round the ring: after the first pass every page is in RAM, the
+second shows that the resident set then stays."""
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa")
 
 
@@ -64,6 +69,9 @@ class Variant:
     extra: tuple[str, ...] = ()
     kv_cache: bool = True
     env: tuple[tuple[str, str], ...] = ()
+    write_ring: bool = False
+    """Then write every slot of the per-token metric ring `RING_PASSES` times (the worst case: all
+    its pages in RAM; only for the bounded ring, 8.4M tokens a pass, seconds here)."""
 
     def argv(self, binary: str, port: int) -> list[str]:
         config = {"role": "unified", "port": port, "model": {"name": MODEL}}
@@ -77,13 +85,15 @@ DEFAULT_QUEUE = ("--max-waiting-queue-length=1000",)
 SHIM_LIMIT = (("GOMEMLIMIT", str(384 * 2**20 // 2)),)
 """What the engine-local image's shim sets in a container limited to 384Mi (vllm_shim.py)."""
 VARIANTS = (
-    Variant("engines.py (bounded waiting queue)"),
+    Variant("engines.py (bounded waiting queue)", write_ring=True),
     Variant("default waiting queue (1000), before", DEFAULT_QUEUE),
     Variant("default waiting queue, no KV cache", DEFAULT_QUEUE, kv_cache=False),
     Variant(
         "default waiting queue, GOMEMLIMIT of a 384Mi container", DEFAULT_QUEUE, env=SHIM_LIMIT
     ),
-    Variant("engines.py, GOMEMLIMIT of a 384Mi container (the image)", env=SHIM_LIMIT),
+    Variant(
+        "engines.py, GOMEMLIMIT of a 384Mi container (the image)", env=SHIM_LIMIT, write_ring=True
+    ),
 )
 
 
@@ -136,43 +146,62 @@ def _drive(base: str, total: int, threads: int, report: list[tuple[int, int]], p
     return failures[0]
 
 
+def _write_ring(base: str, tokens: int) -> tuple[int, float]:
+    """Ask for long answers, one at a time, until `tokens` tokens were generated: every slot of
+    the per-token metric ring has then been written once. Returns (tokens, seconds)."""
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": engines.DEFAULT_MAX_MODEL_LEN - 64}
+    written, began = 0, time.monotonic()
+    with httpx.Client(base_url=base, timeout=120) as client:
+        while written < tokens:
+            response = client.post("/v1/completions", json=body)
+            response.raise_for_status()
+            written += int(response.json()["usage"]["completion_tokens"])
+    return written, time.monotonic() - began
+
+
 def run(variant: Variant, binary: str, total: int, threads: int) -> None:
     port = free_port()
+    base = f"http://127.0.0.1:{port}"
     argv = variant.argv(binary, port)
+    waiting = next(w for w in argv[::-1] if w.startswith("--max-waiting-queue-length="))
+    slots = (engines.DEFAULT_MAX_NUM_SEQS + int(waiting.split("=", 1)[1])) * (
+        engines.DEFAULT_MAX_MODEL_LEN
+    )
     env = {**os.environ, "POD_IP": "127.0.0.1", "GODEBUG": "gctrace=1", **dict(variant.env)}
     with tempfile.NamedTemporaryFile("w+", suffix=".log") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_ready(f"http://127.0.0.1:{port}/health/ready")
+            wait_ready(f"{base}/health/ready")
             start = _status(process.pid, "VmRSS")
             report: list[tuple[int, int]] = []
             began = time.monotonic()
-            failed = _drive(f"http://127.0.0.1:{port}", total, threads, report, process.pid)
+            failed = _drive(base, total, threads, report, process.pid)
             seconds = time.monotonic() - began
             peak = _status(process.pid, "VmHWM")
+            written = _write_ring(base, RING_PASSES * slots) if variant.write_ring else None
+            after = (_status(process.pid, "VmRSS"), _status(process.pid, "VmHWM"))
         finally:
             process.terminate()
             process.wait(timeout=30)
         collections = GC_LINE.findall(Path(log.name).read_text())
-    waiting = next(w for w in argv[::-1] if w.startswith("--max-waiting-queue-length="))
-    queue = int(waiting.split("=", 1)[1])
-    seqs = engines.DEFAULT_MAX_NUM_SEQS
-    ring = engines.TPOT_SLOT_BYTES * (seqs + queue) * engines.DEFAULT_MAX_MODEL_LEN / 2**20
     print(f"## {variant.name}")
     kv_cache = "" if variant.kv_cache else ", without its KV-cache flags"
     print(f"   engines.py's flags{kv_cache}, then: {' '.join(ZERO_LATENCY + list(variant.extra))}")
     if variant.env:
         print(f"   environment: {' '.join(f'{key}={value}' for key, value in variant.env)}")
-    print(f"   waiting queue {queue}: per-token metric ring {ring:.0f} MiB (untouched at start)")
+    ring = engines.TPOT_SLOT_BYTES * slots / 2**20
+    print(f"   {waiting}: per-token metric ring {ring:.0f} MiB (untouched at start)")
     print(f"   {total} requests in {seconds:.0f} s, {failed} failed; RSS at start {start} MiB")
     print("   served: " + " ".join(f"{served:>6}" for served, _ in sorted(report)))
     print("   RSS MiB:" + " ".join(f"{rss:>6}" for _, rss in sorted(report)))
+    print(f"   peak RSS {peak} MiB")
+    if written is not None:
+        tokens, took = written
+        passes = f"{RING_PASSES}x ({tokens / 1e6:.1f}M tokens, long answers, {took:.0f} s)"
+        print(f"   then the ring written {passes}: RSS {after[0]} MiB, peak {after[1]} MiB")
     if collections:
         _, _, live, goal = collections[-1]
-        print(f"   peak RSS {peak} MiB; last GC ({len(collections)} in all): live heap {live} MB,"
-              f" next goal {goal} MB")  # fmt: skip
-    else:
-        print(f"   peak RSS {peak} MiB; no GC ran")
+        print(f"   last GC ({len(collections)} in all): live heap {live} MB, next goal {goal} MB")
     print(flush=True)
 
 

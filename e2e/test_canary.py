@@ -62,7 +62,7 @@ def service(value: str, engine_args: str = QUICK, deadline: int = 1800) -> str:
                         # Sized for the real node, as the samples: the canary's first pod
                         # serves thousands of requests, which OOMKilled it at 384Mi while the
                         # simulator's waiting queue was its default 1000 (issue 26); bounded
-                        # (engines.py) it stays near 120 MiB (bench/results/sim-memory.txt).
+                        # (engines.py) it stays under ~200 MiB (bench/results/sim-memory.txt).
                         "resources": {"requests": {"cpu": "100m", "memory": "384Mi"}}},
             "topology": {"unified": {"replicas": 2}},
             "slo": {"ttftP95Ms": 2000, "itlP95Ms": 60},
