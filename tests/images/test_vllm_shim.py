@@ -19,6 +19,7 @@ from llmfleet.core.vllm_shim import (
     ShimError,
     main,
     real_vllm,
+    simulator_env,
     translate,
 )
 
@@ -43,6 +44,7 @@ NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
                 "--model=meta-llama/Llama-3.1-8B-Instruct",
                 "--served-model-name=llama",
                 "--max-num-seqs=64",
+                "--max-waiting-queue-length=192",  # 256 slots of 32k tokens: 64 MiB
                 "--force-dummy-tokenizer",
                 "--enable-kvcache",
                 f"--startup-duration={COLD_START_SECONDS}s",
@@ -187,3 +189,20 @@ def test_main_with_a_venv_that_holds_no_vllm_fails_before_exec(
     monkeypatch.setenv(VENV_ENV, str(tmp_path))
     assert main(SERVE) == 2
     assert f"{VENV_ENV}={tmp_path} holds no vLLM" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "memory_max", "limit"),
+    [
+        pytest.param({}, "402653184\n", "201326592", id="384Mi-limit-half-to-go"),
+        pytest.param({}, "max\n", None, id="no-limit"),
+        pytest.param({}, None, None, id="no-cgroup-file"),
+        pytest.param({"GOMEMLIMIT": "100MiB"}, "402653184\n", "100MiB", id="env-wins"),
+    ],
+)
+def test_simulator_env_sets_a_go_memory_limit_under_the_containers(
+    env: dict[str, str], memory_max: str | None, limit: str | None
+) -> None:
+    got = simulator_env({"PATH": "/usr/bin", **env}, memory_max)
+    assert got.get("GOMEMLIMIT") == limit
+    assert got["PATH"] == "/usr/bin"

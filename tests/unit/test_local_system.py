@@ -52,6 +52,27 @@ def test_engine_defaults_when_the_spec_leaves_them_unset() -> None:
     assert got["served-model-name"] == "m"
 
 
+@pytest.mark.parametrize(
+    ("seqs", "model_len", "waiting"),
+    [
+        pytest.param(32, 32_768, 224, id="defaults: 256 slots of 32k tokens"),
+        pytest.param(4, 32_768, 252, id="a small batch queues more"),
+        pytest.param(32, 4_096, 2_016, id="a short context queues more"),
+        pytest.param(32, 131_072, 32, id="a long context: one batch waits"),
+        pytest.param(256, 32_768, 256, id="a large batch: one batch waits, the ring doubles"),
+    ],
+)
+def test_the_waiting_queue_bounds_the_simulators_token_ring(
+    seqs: int, model_len: int, waiting: int
+) -> None:
+    runtime = config(maxNumSeqs=seqs)
+    runtime["model"]["maxModelLen"] = model_len
+    got = flags(engines.engine_argv("/sim", runtime, {}))
+    assert got["max-waiting-queue-length"] == str(waiting)
+    ring = engines.TPOT_SLOT_BYTES * (seqs + waiting) * model_len
+    assert ring <= max(engines.TPOT_RING_BYTES, engines.TPOT_SLOT_BYTES * 2 * seqs * model_len)
+
+
 def test_roles_get_their_own_latency() -> None:
     by_role = {
         role: flags(engines.engine_argv("/sim", config(role), {})) for role in engines.ROLE_LATENCY

@@ -13,6 +13,11 @@ engine, `kv_consumer` a decode engine); NIXL runs both sides as `kv_both`, so th
 read from the launcher's own config (`--config` of the parent process), as is the role of an
 engine without a connector (unified).
 
+The simulator runs with `GOMEMLIMIT` at half the container's memory limit (cgroup v2's
+`memory.max`; the launcher's Python process shares the limit), unless the environment sets it:
+Go then collects harder as the heap nears it instead of letting garbage grow to twice the live
+heap, a second bound beside the waiting queue engines.py sizes (issue 26).
+
 The engine listens on every address (the pod's IP) on the planned `--port`, 8000 by default.
 
 With `LLMFLEET_VLLM_VENV` set, the engine is no simulator: the shim runs the real vLLM of a CPU
@@ -52,6 +57,10 @@ WRITABLE_HOME = "/tmp"
 go under /tmp (a volume of the pod)."""
 KV_CACHE_FLAGS = ("--enable-kvcache", "--block-size=", "--kv-cache-size=")
 """What engines.py adds for KV-cache simulation (prefix caching), dropped when it is off."""
+
+CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")
+GO_MEMORY_SHARE = 0.5
+"""The simulator's Go soft memory limit, as a share of the container's memory limit."""
 
 
 class ShimError(ValueError):
@@ -121,6 +130,24 @@ def translate(
     return words
 
 
+def simulator_env(env: Mapping[str, str], memory_max: str | None) -> dict[str, str]:
+    """The simulator's environment: `env`, plus `GOMEMLIMIT` (bytes) at `GO_MEMORY_SHARE` of
+    `memory_max` (the text of cgroup v2's `memory.max`: a byte count, or `max` for none) when
+    that is a limit and `env` has no `GOMEMLIMIT` of its own."""
+    environment = dict(env)
+    limit = (memory_max or "").strip()
+    if limit.isdigit() and "GOMEMLIMIT" not in environment:
+        environment["GOMEMLIMIT"] = str(int(int(limit) * GO_MEMORY_SHARE))
+    return environment
+
+
+def _memory_max() -> str | None:
+    try:
+        return CGROUP_MEMORY_MAX.read_text()
+    except OSError:
+        return None
+
+
 def real_vllm(
     argv: Sequence[str], env: Mapping[str, str], venv: Path, base_prefix: str = sys.base_prefix
 ) -> tuple[list[str], dict[str, str]]:
@@ -173,5 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ShimError, ValueError) as error:
         print(f"vllm (llmfleet's simulator shim): error: {error}", file=sys.stderr)
         return 2
-    print(f"vllm (llmfleet's simulator shim): exec {' '.join(command)}", file=sys.stderr)
-    os.execv(command[0], command)
+    environment = simulator_env(os.environ, _memory_max())
+    limit = environment.get("GOMEMLIMIT")
+    print(
+        f"vllm (llmfleet's simulator shim): exec {' '.join(command)}"
+        + (f" with GOMEMLIMIT={limit}" if limit else ""),
+        file=sys.stderr,
+    )
+    os.execve(command[0], command, environment)

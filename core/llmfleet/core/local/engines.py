@@ -14,6 +14,19 @@ pays a KV transfer per prompt token instead and generates tokens faster; a unifi
 both. `--time-factor-under-load` makes every figure grow with the batch, as on a GPU, so
 latency rises with load and the autoscaler has something to see.
 
+Memory: llm-d-inference-sim v0.10.2 allocates, at start, a channel of one float64 per token
+that could ever be in flight (its time-per-output-token metric's queue, `metrics.tpotChan`):
+8 bytes x (`--max-num-seqs` + `--max-waiting-queue-length`) x `--max-model-len`, 258 MiB with
+its default waiting queue of 1000 and our 32 seqs of 32k tokens. The pages are not touched at
+first, but the Go heap counts them as live, so the garbage collector lets the heap grow to twice
+that before it collects: every request's garbage (a 256 KiB response channel of `--max-model-len`
+pointers among it) lands on fresh pages until the resident set reaches ~300 MiB, whatever the
+load, and the ring's own pages follow as tokens are generated. `engine_argv` therefore bounds
+the waiting queue (`waiting_queue_length`) so that the ring stays within `TPOT_RING_BYTES`;
+bench/sim_memory.py measures both (bench/results/sim-memory.txt). A `GOMEMLIMIT` alone (what
+the engine-local image's shim adds, vllm_shim.py) would not do: the untouched ring counts
+against it, and the collector would run without pause below it.
+
 A new engine is not ready for `COLD_START_SECONDS` (a stand-in for a GPU's minutes of model
 loading), so warm spares matter here as they do on a cluster.
 
@@ -43,6 +56,20 @@ COLD_START_SECONDS = 8
 minutes on a GPU: long enough locally that a warm spare visibly beats a cold start."""
 KV_CACHE_BLOCKS = 4096
 """KV-cache blocks of 16 tokens (65k tokens): a few long prompts fill it, as on a small GPU."""
+
+TPOT_RING_BYTES = 64 * 2**20
+"""What the simulator's per-token metric ring may take: 8 bytes x (seqs + waiting) x max-model-len
+(256 sequences of 32k tokens). The waiting queue is sized to it (`waiting_queue_length`)."""
+TPOT_SLOT_BYTES = 8
+
+
+def waiting_queue_length(max_num_seqs: int, max_model_len: int) -> int:
+    """`--max-waiting-queue-length` for an engine of `max_num_seqs` sequences of `max_model_len`
+    tokens: what fills the simulator's per-token metric ring to `TPOT_RING_BYTES` (the seqs come
+    first), but never fewer than `max_num_seqs` waiting requests (a full batch can queue behind
+    the running one; a request beyond is answered 429, as an overloaded engine would shed it)."""
+    slots = TPOT_RING_BYTES // (TPOT_SLOT_BYTES * max_model_len)
+    return max(max_num_seqs, slots - max_num_seqs)
 
 
 @dataclass(frozen=True)
@@ -99,14 +126,17 @@ def engine_argv(
     served = model.get("servedName") or model.get("name")
     if not served:
         raise EngineConfigError("model.name is missing")
+    max_model_len = int(model.get("maxModelLen") or DEFAULT_MAX_MODEL_LEN)
+    max_num_seqs = int(runtime.get("maxNumSeqs") or DEFAULT_MAX_NUM_SEQS)
     argv = [
         binary,
         f"--port={int(config.get('port', ENGINE_PORT))}",
         f"--model={model.get('name') or served}",
         f"--served-model-name={served}",
         "--force-dummy-tokenizer",  # never look a tokenizer up on a hub
-        f"--max-model-len={int(model.get('maxModelLen') or DEFAULT_MAX_MODEL_LEN)}",
-        f"--max-num-seqs={int(runtime.get('maxNumSeqs') or DEFAULT_MAX_NUM_SEQS)}",
+        f"--max-model-len={max_model_len}",
+        f"--max-num-seqs={max_num_seqs}",
+        f"--max-waiting-queue-length={waiting_queue_length(max_num_seqs, max_model_len)}",
         "--enable-kvcache",
         "--block-size=16",
         f"--kv-cache-size={KV_CACHE_BLOCKS}",
