@@ -39,8 +39,9 @@ MODEL = vllm_engine.SERVED_NAME
 USER_RETRIES = 2
 """The openai client's default retries (of a 5xx, 429 or connection error), where many requests
 meet a CPU engine at once: what counts as failed is what failed after them."""
-CANARY_INTERVAL, CANARY_MIN_REQUESTS = 10, 10
-"""The canary analysis: a verdict per 10 s window holding at least 10 requests of each side."""
+CANARY_INTERVAL, CANARY_MIN_REQUESTS = 30, 8
+"""The canary analysis: a verdict per 30 s window holding at least 8 requests of the canary (a
+CPU engine serving one sequence at a time answers a few a second at best)."""
 KV_CACHE_BYTES = 8 * 2**20
 """4,096 tokens of the tiny model (2,048 bytes a token): two full-length sequences."""
 MANIFEST = f"""
@@ -59,6 +60,7 @@ spec:
       - {{name: LLMFLEET_RUNTIME_GPU, value: CPU}}
       - {{name: LLMFLEET_VLLM_VENV, value: /var/lib/llmfleet/models/{vllm_engine.CLAIM}/venv}}
       - {{name: VLLM_CPU_OMP_THREADS_BIND, value: nobind}}
+      - {{name: OMP_NUM_THREADS, value: "1"}}
   topology:
     unified: {{replicas: 2, minReplicas: 2, maxReplicas: 2}}
   slo: {{ttftP95Ms: 2000}}
@@ -377,7 +379,7 @@ class Load:
                 try:
                     raw = api.chat.completions.with_raw_response.create(
                         model=MODEL, messages=[{"role": "user", "content": f"Client {n}: go"}],
-                        max_tokens=32, stream=True, extra_body={"ignore_eos": True},
+                        max_tokens=16, stream=True, extra_body={"ignore_eos": True},
                         extra_headers={"x-session-id": f"{n}-{time.monotonic_ns()}"},
                     )  # fmt: skip
                     finish = None

@@ -56,6 +56,7 @@ def test_the_sample_mounts_the_claim_and_runs_the_venv_on_it() -> None:
     assert env["LLMFLEET_RUNTIME_GPU"] == "CPU"
     # Engines sharing a node without CPU pinning: each would bind its OpenMP threads to core 0.
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert env["OMP_NUM_THREADS"] == "1"
     mount = next(m for m in engine_pod.volume_mounts(service) if m["name"] == "model-source")
     assert mount["readOnly"] is True
     assert env["LLMFLEET_VLLM_VENV"] == f"{mount['mountPath']}/venv"
