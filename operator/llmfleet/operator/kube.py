@@ -265,7 +265,7 @@ class Kube:
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The InferenceService as the watch brought it (or as this operator's last status
-        write returned it, `watched.newest`), else as stored now (a GET: a service the watch
+        write returned it, `informer.newest`), else as stored now (a GET: a service the watch
         has not brought yet, or one just deleted), None when it does not exist."""
         self.watched.wait_synced([], self.sync_timeout)
         cached = self.watched.service(namespace, name)

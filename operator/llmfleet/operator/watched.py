@@ -24,7 +24,14 @@ from typing import Any
 
 from kubernetes import client
 
-from llmfleet.core.informer import Index, Informer, OnChange, client_informer, key_of
+from llmfleet.core.informer import (
+    Index,
+    Informer,
+    OnChange,
+    client_informer,
+    key_of,
+    newest,  # read-your-writes: what a pass reads of its service (tests import it here)
+)
 from llmfleet.crds import API_VERSION, KIND, PLURAL
 from llmfleet.crds import labels as L
 from llmfleet.crds.claims import claim_order, served_name
@@ -51,29 +58,6 @@ def service_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     meta = obj.get("metadata") or {}
     service = (meta.get("labels") or {}).get(L.SERVICE)
     return (meta.get("namespace") or "", service) if service else None
-
-
-def _version(obj: Mapping[str, Any]) -> int | None:
-    text = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return int(text) if text.isdigit() else None
-
-
-def newest(
-    cached: Mapping[str, Any] | None, written: Mapping[str, Any] | None
-) -> Mapping[str, Any] | None:
-    """What a pass reads of its service: `cached` (from the watch), unless `written` (what the
-    operator's own last status write returned) is newer, so that the pass after a write never
-    plans from the state before it. None when there is nothing cached, or when the versions
-    are not numbers to compare (the caller then GETs the service).
-
-    NOTE: resourceVersions are opaque in the API's contract; the API server's are etcd's
-    revision numbers, which only grow. Anything else is not compared."""
-    if cached is None or written is None:
-        return cached
-    mine, seen = _version(written), _version(cached)
-    if mine is None or seen is None:
-        return None
-    return written if mine > seen else cached
 
 
 def _claim(obj: Mapping[str, Any] | None) -> tuple[str | None, bool]:
