@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 from e2e.system import LocalSystem
+from tests.interrupt import stop_on_sigterm
 from tests.net import free_port, require_isolation
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stop_on_sigterm()  # a killed run still stops its `llmfleet up --detach` system
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -16,7 +16,12 @@ import pytest
 
 from llmfleet.core.cluster import build
 from tests.autoscaler.prom import Prometheus
+from tests.interrupt import stop_on_sigterm
 from tests.net import require_isolation
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stop_on_sigterm()  # a killed run still stops the clusters and servers it started
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
