@@ -24,8 +24,10 @@ from pathlib import Path
 
 from _support import free_port, pinned, wait_ready
 
+from llmfleet.core.cluster.build import cache_root
+
 BENCH = Path(__file__).resolve().parent
-CACHE = Path(os.environ.get("LLMFLEET_CACHE", Path.home() / ".cache" / "llmfleet"))
+CACHE = cache_root()  # $LLMFLEET_CACHE_DIR, as for every other build
 PEERS = CACHE / "bench-peers"
 OHA = CACHE / "bin" / "oha"
 PY_SPY = PEERS / "py-spy" / "bin" / "py-spy"

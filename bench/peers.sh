@@ -17,7 +17,7 @@ LITELLM_VERSION=1.108.6
 PY_SPY_VERSION=0.4.3
 OHA_VERSION=1.16.0
 
-CACHE="${LLMFLEET_CACHE:-$HOME/.cache/llmfleet}"
+CACHE="${LLMFLEET_CACHE_DIR:-$HOME/.cache/llmfleet}"
 PEERS="$CACHE/bench-peers"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$PEERS" "$CACHE/bin"
