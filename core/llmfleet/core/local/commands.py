@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from llmfleet.core.local import control, layout
+from llmfleet.core.local import control, first_request, layout
 
 out = Console()
 err = Console(stderr=True)
@@ -143,13 +144,13 @@ def _first_steps(paths: layout.Paths, record: layout.Record) -> None:
     out.print("\nA first request:", highlight=False)
     out.print(
         f"curl -s {base}/chat/completions -H 'Content-Type: application/json' "
-        """-d '{"model": "qwen-7b", "messages": [{"role": "user", "content": "Hello"}]}'""",
+        f"-d '{json.dumps(first_request.BODY)}'",
         highlight=False,
         soft_wrap=True,
     )
     out.print(
         f"OPENAI_BASE_URL={base} OPENAI_API_KEY=none {sys.executable} -c 'import openai; "
-        'print(openai.OpenAI().chat.completions.create(model="qwen-7b", '
+        f'print(openai.OpenAI().chat.completions.create(model="{first_request.MODEL}", '
         'messages=[{"role": "user", "content": "Hello"}]).choices[0].message.content)\'',
         highlight=False,
         soft_wrap=True,
@@ -209,6 +210,13 @@ def register(app: typer.Typer, build_reporter: Callable[[], AbstractContextManag
                     paths, ports, file, _step, real_node=real_node, engine=engine,
                     build_progress=reporter,
                 )  # fmt: skip
+            if file is None:  # the samples: the printed first request is answered first
+                base = control.endpoints(record, paths)["gateway"]
+                try:
+                    first_request.wait_answered(base, _step)
+                except first_request.NotAnswered as error:
+                    err.print(f"llmfleet up: {error}")
+                    raise typer.Exit(1) from None
             _step(f"up in {time.monotonic() - started:.0f}s")
         _first_steps(paths, record)
         if not detach:

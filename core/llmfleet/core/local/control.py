@@ -134,7 +134,7 @@ def up(
     if missing:
         build.check_go()
         say(
-            f"building {', '.join(tool.key for tool in missing)} (a cold cache takes 8-10 "
+            f"building {', '.join(tool.key for tool in missing)} (a cold cache takes 20-30 "
             "minutes on 2 cores; later runs start in seconds)"
         )
         build.ensure_tools(tools, progress=build_progress)
