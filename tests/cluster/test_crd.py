@@ -202,6 +202,9 @@ PIPELINE_WORDS = [
     ["-pp", "2"], ["-pp=3"], ["-pp", "8"], ["-pp", "2", "-tp", "2"], ["-tp=4", "-pp", "2"],
     ["-pp", "2", "-dp", "2"], ["-tp", "1", "-pp", "2", "-dp", "2"], ["-tp", "x", "-pp", "2"],
     ["-pp", "2", "-tp", "3"], ["-dp", "y", "-tp", "2", "-pp", "2"],
+    # Without -pp: pipeline 1, -tp x -dp against the GPUs.
+    ["-tp", "2", "-dp", "2"], ["-dp=4", "-tp", "2"], ["-tp", "3", "-dp", "2"],
+    ["-tp", "1", "-dp", "8"],
 ]  # fmt: skip
 
 
@@ -212,7 +215,8 @@ def test_the_pipeline_rule_gives_its_python_twins_verdict(
     kube: Kube, namespace: str, words: list[str], tensor_parallel: int | None, count: int
 ) -> None:
     """tensor x pipeline x data parallel against the GPUs, in CEL and in Python alike, for each
-    way the tensor size is given (extraArgs, runtime.tensorParallel, or following -pp)."""
+    way the tensor size is given (extraArgs, runtime.tensorParallel, or following -pp), and
+    without -pp."""
     runtime: dict[str, Any] = {"gpu": {"type": "H100", "count": count}, "extraArgs": words}
     if tensor_parallel is not None:
         runtime["tensorParallel"] = tensor_parallel

@@ -590,16 +590,23 @@ CASES = [
          "spec.runtime.envFrom", "names each source once"),
     # Pipeline parallel (-pp): one engine takes tensor x pipeline GPUs, dividing the pod's.
     Case("extra-args-pipeline-not-dividing", {"runtime.extraArgs": ["-pp", "3"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-beside-all-the-tensor-parallel",
          {"runtime.tensorParallel": 4, "runtime.extraArgs": ["--pipeline-parallel-size=2"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-with-data-parallel-beyond-the-gpus",
          {"runtime.extraArgs": ["-tp", "2", "--pipeline_parallel_size", "2", "-dp", "2"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-leaves-gpus-idle",
          {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "3"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
+    # ... and without -pp (pipeline 1): -tp x -dp engines' GPUs, as vLLM counts them.
+    Case("extra-args-tensor-by-data-beyond-the-gpus",
+         {"runtime.gpu.count": 2, "runtime.extraArgs": ["-tp", "2", "-dp", "2"]},
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
+    Case("extra-args-tensor-by-data-beyond-the-gpus-other-spellings",
+         {"runtime.extraArgs": ["--data_parallel_size=3", "--tensor-parallel-size", "2"]},
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-zero", {"runtime.extraArgs": ["-pp=0"]},
          "spec.runtime.extraArgs", "a number vLLM refuses"),
     Case("extra-args-pipeline-twice", {"runtime.extraArgs": ["-pp", "2", "--pipeline-parallel-size",
@@ -749,6 +756,11 @@ VALID_AT_THE_EDGE = {
         {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "2", "-dp", "2"]}),
     "extra-args-pipeline-with-replicas-left": changed(
         {"runtime.gpu.count": 8, "runtime.tensorParallel": 2, "runtime.extraArgs": ["-pp", "2"]}),
+    # -tp x -dp without -pp at the edge: all the GPUs, or fewer when -dp is given.
+    "extra-args-tensor-by-data-all-the-gpus": changed(
+        {"runtime.gpu.count": 8, "runtime.extraArgs": ["-dp", "2", "--tensor_parallel_size=4"]}),
+    "extra-args-tensor-by-data-leaving-gpus": changed(
+        {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-dp", "3"]}),
     # Image names at the kubelet's limit, as it reads them.
     "image-name-at-the-limit": changed(
         {"runtime.image": "registry.example.com/" + "a" * 234 + ":v1"}),
