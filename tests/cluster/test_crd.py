@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from llmfleet.crds import admission_policy, engine_args, kubectl_yaml, render, validation
+from llmfleet.crds._base import ApiModel
 from llmfleet.crds.labels import ROLLOUT_PAUSE
 from llmfleet.crds.spec import IMAGE_NAME_MAX, image_name_length
 from tests.cluster.kube import Kube
@@ -202,6 +203,9 @@ PIPELINE_WORDS = [
     ["-pp", "2"], ["-pp=3"], ["-pp", "8"], ["-pp", "2", "-tp", "2"], ["-tp=4", "-pp", "2"],
     ["-pp", "2", "-dp", "2"], ["-tp", "1", "-pp", "2", "-dp", "2"], ["-tp", "x", "-pp", "2"],
     ["-pp", "2", "-tp", "3"], ["-dp", "y", "-tp", "2", "-pp", "2"],
+    # Without -pp: pipeline 1, -tp x -dp against the GPUs.
+    ["-tp", "2", "-dp", "2"], ["-dp=4", "-tp", "2"], ["-tp", "3", "-dp", "2"],
+    ["-tp", "1", "-dp", "8"],
 ]  # fmt: skip
 
 
@@ -212,7 +216,8 @@ def test_the_pipeline_rule_gives_its_python_twins_verdict(
     kube: Kube, namespace: str, words: list[str], tensor_parallel: int | None, count: int
 ) -> None:
     """tensor x pipeline x data parallel against the GPUs, in CEL and in Python alike, for each
-    way the tensor size is given (extraArgs, runtime.tensorParallel, or following -pp)."""
+    way the tensor size is given (extraArgs, runtime.tensorParallel, or following -pp), and
+    without -pp."""
     runtime: dict[str, Any] = {"gpu": {"type": "H100", "count": count}, "extraArgs": words}
     if tensor_parallel is not None:
         runtime["tensorParallel"] = tensor_parallel
@@ -286,4 +291,88 @@ def test_an_annotation_an_older_release_let_in_does_not_block_updates(
         assert annotate("false").returncode == 0
     finally:
         actions("Deny")
+        kube.run("delete", *target, "--wait=false")
+
+
+def _ratcheting_messages() -> set[str]:
+    """The messages of every rule that ratchets (`Rule.ratchets`), from the models."""
+    found: set[str] = set()
+    pending: list[type[ApiModel]] = [ApiModel]
+    while pending:
+        model = pending.pop()
+        pending += model.__subclasses__()
+        found |= {rule.message for rule in model.rules if rule.ratchets}
+    return found
+
+
+def _without_rules(node: Any, messages: set[str]) -> Any:
+    """A CRD document with the rules of `messages` left out, as a release before them had it."""
+    if isinstance(node, dict):
+        kept = {key: _without_rules(value, messages) for key, value in node.items()}
+        if "x-kubernetes-validations" in kept:
+            kept["x-kubernetes-validations"] = [
+                rule for rule in kept["x-kubernetes-validations"]
+                if rule["message"] not in messages
+            ]  # fmt: skip
+            if not kept["x-kubernetes-validations"]:
+                del kept["x-kubernetes-validations"]
+        return kept
+    if isinstance(node, list):
+        return [_without_rules(item, messages) for item in node]
+    return node
+
+
+def test_an_option_of_an_unchosen_mode_an_older_crd_let_in_does_not_block_updates(
+    kube: Kube, namespace: str
+) -> None:
+    """The rules on options of a mode the spec does not choose ratchet (CRD validation
+    ratcheting): an object stored by a CRD without them (made here by applying the CRD with
+    those rules left out, then the real one again) can still be updated on another field, while
+    a new object like it, or a change to the options' own object, is refused."""
+    messages = _ratcheting_messages()
+    assert len(messages) >= 7, messages
+    name, target = "ratchet-mode", ("inferenceservices.llmfleet.dev/ratchet-mode", "-n", namespace)
+    old = changed({"metadata.name": name, "rollout": {"steps": [{"weight": 10}]},
+                   "traffic": {"debounce": {"windowMs": 1000}}})  # fmt: skip
+    other = json.dumps({**old, "metadata": {"name": "ratchet-mode-new"}})
+    real = yaml.safe_load(render.CRD_FILE.read_text())
+    older = json.dumps(_without_rules(real, messages))
+
+    def create_dry_run() -> Any:
+        return kube.run("create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=other)
+
+    try:
+        kube.kubectl("apply", "--server-side", "--force-conflicts",
+                     "--field-manager=llmfleet-tests", "-f", "-", stdin=older)  # fmt: skip
+        kube.wait_for(lambda: create_dry_run().returncode == 0, timeout=60,
+                      what="the CRD without the rules in force")  # fmt: skip
+        kube.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(old))
+    finally:
+        kube.kubectl("apply", "--server-side", "--force-conflicts",
+                     "--field-manager=llmfleet-tests", "-f", str(render.CRD_FILE))  # fmt: skip
+    try:
+        refused = kube.wait_for(lambda: (r := create_dry_run()).returncode != 0 and r,
+                                timeout=60, what="the real CRD in force again")  # fmt: skip
+        assert "rollout.steps are a canary's" in refused.stderr, refused.stderr
+        assert "debounce.windowMs acts only with debounce.mode LatestWins" in refused.stderr
+        # Another field changes: the options' objects are as they were, so the update passes.
+        patch = json.dumps({"spec": {"model": {"maxModelLen": 4096}}})
+        updated = kube.run("patch", *target, "--type=merge", "-p", patch)
+        assert updated.returncode == 0, updated.stderr
+        labelled = kube.run("label", *target, "team=llm")
+        assert labelled.returncode == 0, labelled.stderr
+        stored = kube.get(*target)["spec"]
+        assert stored["model"]["maxModelLen"] == 4096
+        assert stored["rollout"]["steps"] == [{"weight": 10, "pauseSeconds": 300}]
+        # A change to the steps themselves is checked: still no Canary, so refused.
+        steps = json.dumps({"spec": {"rollout": {"steps": [{"weight": 20}]}}})
+        changed_steps = kube.run("patch", *target, "--type=merge", "-p", steps)
+        assert changed_steps.returncode != 0
+        assert "rollout.steps are a canary's" in changed_steps.stderr, changed_steps.stderr
+        # Choosing the mode, the stored options become valid.
+        modes = {"rollout": {"strategy": "Canary"}, "traffic": {"debounce": {"mode": "LatestWins"}}}
+        canary = json.dumps({"spec": modes})
+        chosen = kube.run("patch", *target, "--type=merge", "-p", canary)
+        assert chosen.returncode == 0, chosen.stderr
+    finally:
         kube.run("delete", *target, "--wait=false")

@@ -63,6 +63,8 @@ class Case:
     """For a refusal by the schema, not by our rule: words of the API server's message."""
     validate_says: str = ""
     """For a refusal by the schema: words of `llmfleet validate`'s line."""
+    ratchets: bool = False
+    """Our rule ratchets (`_base.Rule.ratchets`): admission refuses, the readers' models do not."""
 
     def manifest(self) -> dict[str, Any]:
         return changed(self.changes)
@@ -184,9 +186,12 @@ CASES = [
     Case("canary-weight-above-100",
          {"rollout": {"strategy": "Canary", "steps": [{"weight": 101}]}},
          "spec.rollout.steps[0].weight"),
-    Case("canary-latency-ratio-below-one", {"rollout": {"analysis": {"maxLatencyRatio": 0.9}}},
+    Case("canary-latency-ratio-below-one",
+         {"rollout": {"strategy": "Canary", "steps": [{"weight": 10}],
+                      "analysis": {"maxLatencyRatio": 0.9}}},
          "spec.rollout.analysis.maxLatencyRatio"),
-    Case("canary-min-requests-zero", {"rollout": {"analysis": {"minRequests": 0}}},
+    Case("canary-min-requests-zero", {"rollout": {"strategy": "Canary", "steps": [{"weight": 10}],
+                                              "analysis": {"minRequests": 0}}},
          "spec.rollout.analysis.minRequests"),
     Case("debounce-mode-unknown", {"traffic": {"debounce": {"mode": "Sometimes"}}},
          "spec.traffic.debounce.mode"),
@@ -562,7 +567,8 @@ CASES = [
          "spec.autoscaling.gpuBudget", "below one pod's GPUs"),
     Case("analysis-ttft-limit-beyond-the-timeout",
          {"traffic": {"limits": {"timeoutSeconds": 30}},
-          "rollout": {"analysis": {"maxTtftP95Ms": 30000}}},
+          "rollout": {"strategy": "Canary", "steps": [{"weight": 10}],
+                      "analysis": {"maxTtftP95Ms": 30000}}},
          "spec.rollout.analysis.maxTtftP95Ms", "must be below traffic.limits.timeoutSeconds"),
     Case("extra-args-tensor-parallel-not-dividing", {"runtime.extraArgs": ["-tp", "3"]},
          "spec.runtime.extraArgs", "--tensor-parallel-size must divide runtime.gpu.count"),
@@ -590,16 +596,23 @@ CASES = [
          "spec.runtime.envFrom", "names each source once"),
     # Pipeline parallel (-pp): one engine takes tensor x pipeline GPUs, dividing the pod's.
     Case("extra-args-pipeline-not-dividing", {"runtime.extraArgs": ["-pp", "3"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-beside-all-the-tensor-parallel",
          {"runtime.tensorParallel": 4, "runtime.extraArgs": ["--pipeline-parallel-size=2"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-with-data-parallel-beyond-the-gpus",
          {"runtime.extraArgs": ["-tp", "2", "--pipeline_parallel_size", "2", "-dp", "2"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-leaves-gpus-idle",
          {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "3"]},
-         "spec.runtime.extraArgs", "--pipeline-parallel-size does not fit runtime.gpu.count"),
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
+    # ... and without -pp (pipeline 1): -tp x -dp engines' GPUs, as vLLM counts them.
+    Case("extra-args-tensor-by-data-beyond-the-gpus",
+         {"runtime.gpu.count": 2, "runtime.extraArgs": ["-tp", "2", "-dp", "2"]},
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
+    Case("extra-args-tensor-by-data-beyond-the-gpus-other-spellings",
+         {"runtime.extraArgs": ["--data_parallel_size=3", "--tensor-parallel-size", "2"]},
+         "spec.runtime.extraArgs", "parallel sizes do not fit runtime.gpu.count"),
     Case("extra-args-pipeline-zero", {"runtime.extraArgs": ["-pp=0"]},
          "spec.runtime.extraArgs", "a number vLLM refuses"),
     Case("extra-args-pipeline-twice", {"runtime.extraArgs": ["-pp", "2", "--pipeline-parallel-size",
@@ -607,6 +620,37 @@ CASES = [
          "spec.runtime.extraArgs", "set one option twice"),
     Case("extra-args-pipeline-without-value", {"runtime.extraArgs": ["-pp", "--enable-lora"]},
          "spec.runtime.extraArgs", "takes one value none, or several"),
+    # Options of a mode the spec does not choose (they would do nothing): refused at admission,
+    # ratcheted for objects stored before the rules, ignored by the readers.
+    Case("rollout-steps-without-canary", {"rollout": {"steps": [{"weight": 10}]}},
+         "spec.rollout.steps", "rollout.steps are a canary's, and rollout.strategy is "
+         "RollingUpdate (its default)", ratchets=True),
+    Case("rollout-analysis-without-canary",
+         {"rollout": {"strategy": "RollingUpdate", "analysis": {"maxErrorRate": 0.05}}},
+         "spec.rollout.analysis", "rollout.analysis judges a canary", ratchets=True),
+    Case("rollout-deadline-without-canary", {"rollout": {"progressDeadlineSeconds": 600}},
+         "spec.rollout.progressDeadlineSeconds", "limits a canary's steps", ratchets=True),
+    Case("debounce-window-while-off", {"traffic": {"debounce": {"windowMs": 1000}}},
+         "spec.traffic.debounce.windowMs", "acts only with debounce.mode LatestWins",
+         ratchets=True),
+    Case("debounce-delay-while-off", {"traffic": {"debounce": {"mode": "Off", "delayMs": 0}}},
+         "spec.traffic.debounce.delayMs", "debounce.delayMs acts only with debounce.mode "
+         "LatestWins, and mode is Off", ratchets=True),
+    Case("cascade-window-of-mean-probability",
+         {"traffic": {"cascade": {"tiers": [{"service": "small"}], "windowTokens": 16}}},
+         "spec.traffic.cascade.windowTokens", "is the window of confidence MinWindowProbability",
+         ratchets=True),
+    Case("degradation-service-while-off", {"traffic": {"degradation": {"service": "small"}}},
+         "spec.traffic.degradation.enabled", "act only while degradation.enabled is true",
+         ratchets=True),
+    Case("degradation-queue-depth-while-off",
+         {"traffic": {"degradation": {"enabled": False, "maxQueueDepth": 8}}},
+         "spec.traffic.degradation.enabled", "act only while degradation.enabled is true",
+         ratchets=True),
+    Case("scale-down-window-without-autoscaling",
+         {"autoscaling": {"scaleDownStabilizationSeconds": 60}},
+         "spec.autoscaling.scaleDownStabilizationSeconds",
+         "acts only with autoscaling.enabled true", ratchets=True),
     # Image references the kubelet cannot pull: a name over 255 characters as it reads it
     # (Docker Hub's docker.io/library/ counted), a digest of another length or algorithm, an ID.
     Case("image-name-too-long",
@@ -731,7 +775,8 @@ VALID_AT_THE_EDGE = {
         "runtime.extraArgs": ["--max-num-batched-tokens", "8192", "--seed=-1"]}),
     "analysis-ttft-limit-below-the-timeout": changed(
         {"traffic": {"limits": {"timeoutSeconds": 30}},
-         "rollout": {"analysis": {"maxTtftP95Ms": 29999}}}),
+         "rollout": {"strategy": "Canary", "steps": [{"weight": 10}],
+                     "analysis": {"maxTtftP95Ms": 29999}}}),
     "token-cap-below-the-extra-args-context": changed(
         {"runtime.extraArgs": ["--max-model-len=4096"],
          "traffic": {"limits": {"maxTokens": 4095}}}),
@@ -749,6 +794,30 @@ VALID_AT_THE_EDGE = {
         {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-pp", "2", "-dp", "2"]}),
     "extra-args-pipeline-with-replicas-left": changed(
         {"runtime.gpu.count": 8, "runtime.tensorParallel": 2, "runtime.extraArgs": ["-pp", "2"]}),
+    # -tp x -dp without -pp at the edge: all the GPUs, or fewer when -dp is given.
+    "extra-args-tensor-by-data-all-the-gpus": changed(
+        {"runtime.gpu.count": 8, "runtime.extraArgs": ["-dp", "2", "--tensor_parallel_size=4"]}),
+    "extra-args-tensor-by-data-leaving-gpus": changed(
+        {"runtime.gpu.count": 8, "runtime.extraArgs": ["-tp", "2", "-dp", "3"]}),
+    # A mode's options with their mode chosen, or at their defaults beside another mode.
+    "rollout-canary-with-its-options": changed({"rollout": {
+        "strategy": "Canary", "steps": [{"weight": 10}], "analysis": {"maxErrorRate": 0.05},
+        "progressDeadlineSeconds": 600}}),
+    "rollout-rolling-with-the-defaults-written": changed({"rollout": {
+        "strategy": "RollingUpdate", "steps": [], "progressDeadlineSeconds": 1800}}),
+    "debounce-options-with-latest-wins": changed(
+        {"traffic": {"debounce": {"mode": "LatestWins", "windowMs": 1000, "delayMs": 0}}}),
+    "debounce-off-with-the-defaults-written": changed(
+        {"traffic": {"debounce": {"mode": "Off", "windowMs": 300, "delayMs": 5}}}),
+    "cascade-window-of-min-window": changed({"traffic": {"cascade": {
+        "tiers": [{"service": "small"}], "confidence": "MinWindowProbability",
+        "windowTokens": 16}}}),
+    "degradation-options-enabled": changed({"traffic": {"degradation": {
+        "enabled": True, "service": "small", "maxQueueDepth": 8, "maxKvCacheUsage": 0.9}}}),
+    "degradation-off-with-the-default-depth": changed(
+        {"traffic": {"degradation": {"enabled": False, "maxQueueDepth": 4.0}}}),
+    "scale-down-window-with-autoscaling": changed(
+        {"autoscaling": {"enabled": True, "scaleDownStabilizationSeconds": 60}}),
     # Image names at the kubelet's limit, as it reads them.
     "image-name-at-the-limit": changed(
         {"runtime.image": "registry.example.com/" + "a" * 234 + ":v1"}),

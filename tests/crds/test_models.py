@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from llmfleet.crds import InferenceService, Mode
+from llmfleet.crds._base import ADMISSION
 from llmfleet.crds.spec import GpuType
 from llmfleet.crds.validation import problems
 from tests.crds.cases import BASE, CASES, SAMPLES, VALID_AT_THE_EDGE, Case
@@ -74,7 +75,14 @@ def test_invalid_manifests_are_refused(case: Case) -> None:
                          ids=lambda case: case.id)  # fmt: skip
 def test_our_rules_refuse_in_the_models_themselves(case: Case) -> None:
     """The operator, gateway and autoscaler parse with the models: a rule holds there too
-    (the annotations' rules are the admission policy's, not the models')."""
+    (the annotations' rules are the admission policy's, not the models'), except a rule that
+    ratchets: its field does nothing, and an object stored before the rule must still be read
+    (admission's context runs it)."""
+    if case.ratchets:
+        InferenceService.model_validate(case.manifest())
+        with pytest.raises(ValidationError, match=re.escape(case.message)):
+            InferenceService.model_validate(case.manifest(), context={ADMISSION: True})
+        return
     with pytest.raises(ValidationError, match=re.escape(case.message)):
         InferenceService.model_validate(case.manifest())
 

@@ -102,17 +102,15 @@ def launcher_refusal(document: Any) -> str | None:
             plan = plan_engine(config, gpu_of(f"{gpu.type.value}:{gpu.count}"), pod_ip="10.0.0.7")
         except LauncherError as error:
             return str(error)
-        assert_pipeline_fits(plan.argv, gpu.count, list(config.runtime.extra_args))
+        assert_engines_fit(plan.argv, gpu.count, list(config.runtime.extra_args))
     return None
 
 
-def assert_pipeline_fits(argv: list[str], count: int, words: list[str]) -> None:
-    """A command line the launcher plans with a pipeline-parallel size starts on the pod's GPUs,
-    and leaves none idle unless extraArgs set -dp: tensor x pipeline x data parallel fit them,
-    tensor x pipeline divides them (the product of -tp and -dp alone is not checked)."""
+def assert_engines_fit(argv: list[str], count: int, words: list[str]) -> None:
+    """A command line the launcher plans starts on the pod's GPUs, and leaves none idle unless
+    extraArgs set -dp: tensor x pipeline x data parallel fit them (pipeline 1 without -pp, data
+    1 without -dp), tensor x pipeline divides them."""
     sizes = {arg.flag: arg.values for arg in engine_args.split(argv[3:])}
-    if PIPELINE_PARALLEL not in sizes:
-        return
     tp, pp, dp = (int(sizes.get(flag, ("1",))[0]) for flag in (TP, PIPELINE_PARALLEL, DP))
     assert tp * pp * dp <= count, (argv, count)
     assert count % (tp * pp) == 0, (argv, count)
@@ -131,6 +129,10 @@ def assert_pipeline_fits(argv: list[str], count: int, words: list[str]) -> None:
 @example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 4},
                                  "extraArgs": ["-tp", "2", "-pp", "2", "-dp", "2"]},
          False)  # fmt: skip
+@example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 2},
+                                 "extraArgs": ["-tp", "2", "-dp", "2"]}, False)  # fmt: skip
+@example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 4},
+                                 "extraArgs": ["-tp", "2", "-dp", "2"]}, False)  # fmt: skip
 def test_admission_accepts_exactly_what_the_launcher_plans(
     model: dict[str, Any], runtime: dict[str, Any], disaggregated: bool
 ) -> None:

@@ -194,6 +194,13 @@ def _runtime(**fields: Any) -> dict[str, Any]:
             id="parallel-beyond-the-gpus",
         ),
         pytest.param(
+            "H100:2",
+            _runtime(extraArgs=["-tp", "2", "-dp", "2"]),
+            ExitCode.CONFLICTING_ARGS,
+            "tensor x pipeline x data parallel (2 x 1 x 2) must fit the pod's 2 GPUs",
+            id="tensor-by-data-beyond-the-gpus",
+        ),
+        pytest.param(
             "H100:4",
             _runtime(tensorParallel=4, extraArgs=["-pp", "2"]),
             ExitCode.CONFLICTING_ARGS,

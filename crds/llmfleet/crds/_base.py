@@ -23,6 +23,9 @@ RULE_ERROR = "rule"
 SKIP_RULES = "skip_rules"
 """Validation context key: `{SKIP_RULES: True}` parses a spec without its cross-field rules (the
 shape and bounds still hold), as a spec an older CRD admitted reaches its readers."""
+ADMISSION = "admission"
+"""Validation context key: `{ADMISSION: True}` also runs the rules that ratchet (`Rule.ratchets`),
+as the API server does for a new object; `llmfleet validate` parses so."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,13 @@ class Rule:
     field_path: str | None = None
     """JSONPath (relative to the model, e.g. `.maxReplicas`) of the field to blame."""
     reason: str = "FieldValueInvalid"
+    ratchets: bool = False
+    """True for a rule that came after objects breaking it could be stored, about a field that
+    does nothing as the spec stands (an option of a mode the spec does not choose). Admission
+    refuses it on a new object and on an update that changes the rule's object; the API server
+    ratchets it (CRD validation ratcheting, Kubernetes 1.30+: an update that leaves the rule's
+    object as it was passes), and the readers (operator, gateway, autoscaler: no `ADMISSION`
+    context) do not refuse a stored object over it, since the field is ignored anyway."""
 
     def validation(self) -> dict[str, str]:
         """The rule as one entry of `x-kubernetes-validations`."""
@@ -70,9 +80,12 @@ class ApiModel(BaseModel):
 
     @model_validator(mode="after")
     def _check_rules(self, info: ValidationInfo) -> Self:
-        if isinstance(info.context, dict) and info.context.get(SKIP_RULES):
+        context = info.context if isinstance(info.context, dict) else {}
+        if context.get(SKIP_RULES):
             return self
         for rule in type(self).rules:
+            if rule.ratchets and not context.get(ADMISSION):
+                continue
             if not rule.check(self):
                 raise PydanticCustomError(RULE_ERROR, rule.message, {"field_path": rule.field_path})
         return self

@@ -341,7 +341,7 @@ def problems(words: list[str], fields: TypedFields) -> list[str]:
         reason = out_of_range(arg)
         if reason:
             found.append(reason)
-    for reason in (parallelism(args, fields), pipeline(words, fields)):
+    for reason in (parallelism(args, fields), engines_fit(words, fields)):
         if reason:
             found.append(reason)
     found += [
@@ -435,8 +435,11 @@ def engine_limits(args: list[Arg], fields: TypedFields) -> list[str]:
 
 TENSOR_PARALLEL, DATA_PARALLEL = "--tensor-parallel-size", "--data-parallel-size"
 PIPELINE_PARALLEL = "--pipeline-parallel-size"
-PIPELINE_WHY = "(runtime.gpu.count: tensor x pipeline parallel must divide it)"
-"""The end of every problem `pipeline` reports (its rule's twin looks for it)."""
+FIT_WHY = (
+    "(runtime.gpu.count: tensor x pipeline parallel must divide it, and x data parallel not "
+    "exceed it)"
+)
+"""The end of every problem `engines_fit` reports (its rule's twin looks for it)."""
 
 
 def _size(arg: Arg) -> int | None:
@@ -449,8 +452,9 @@ def parallelism(args: list[Arg], fields: TypedFields) -> str | None:
     """Why the parallel sizes extraArgs give need more GPUs than a pod has (vLLM fails to start
     when tensor x data parallel exceeds them); None when they fit, as far as checked: `-tp t`
     needs t GPUs; `-dp d` needs d x the tensor-parallel size, which is `tensorParallel` (the GPU
-    count when unset), or 1 when extraArgs set `-tp` too (their product is not checked: a CEL
-    rule that multiplies two options of the list exceeds the API server's cost budget)."""
+    count when unset), or 1 when extraArgs set `-tp` too: the product of the first `-tp` and
+    the first `-dp` is `engines_fit`'s (a CEL rule that multiplies every option of the list by
+    every other exceeds the API server's cost budget)."""
     count = fields.gpu_count
     tensor = [size for a in args if a.flag == TENSOR_PARALLEL and (size := _size(a)) is not None]
     data = [size for a in args if a.flag == DATA_PARALLEL and (size := _size(a)) is not None]
@@ -475,44 +479,67 @@ def first_size(words: list[str], flag: str) -> int | None:
 def default_tensor_parallel(count: int, pipeline_size: int | None) -> int:
     """The launcher's tensor-parallel size when neither `runtime.tensorParallel` nor extraArgs
     set one: one engine over all the pod's GPUs, so `gpu.count / -pp` when extraArgs give a
-    pipeline-parallel size that divides the count (else the count: `pipeline` refuses that)."""
+    pipeline-parallel size that divides the count (else the count: `engines_fit` refuses that)."""
     if pipeline_size and pipeline_size <= count and count % pipeline_size == 0:
         return count // pipeline_size
     return count
 
 
-def pipeline(words: list[str], fields: TypedFields) -> str | None:
-    """Why the pipeline-parallel size extraArgs give does not fit the pod's GPUs (None: it does,
-    or they give none). One engine takes tensor x pipeline GPUs and the data-parallel ranks one
-    engine each (vLLM refuses to start on fewer GPUs), and the engine's GPUs must divide the
-    pod's, as `runtime.tensorParallel` must (the rest would idle). The sizes are the first
-    value of each option (`first_values`; one option twice is refused apart); the tensor size is
-    extraArgs' `-tp`, else `runtime.tensorParallel`, else it follows: `gpu.count / -pp`
-    (`default_tensor_parallel`), so that only `-pp` dividing the count is checked. A `-dp` left
-    out is 1 (the launcher's default follows: the GPUs left over). Values that are no small whole
-    number, or 0, are other checks' to refuse."""
+def engines_fit(words: list[str], fields: TypedFields) -> str | None:
+    """Why the engines extraArgs' parallel sizes make do not fit the pod's GPUs (None: they do,
+    or extraArgs give no size this checks). One engine takes tensor x pipeline GPUs (pipeline 1
+    without `-pp`) and the data-parallel ranks one engine each (vLLM refuses to start on fewer
+    GPUs), and the engine's GPUs must divide the pod's, as `runtime.tensorParallel` must (the
+    rest would idle). The sizes are the first value of each option (`first_values`; one option
+    twice is refused apart). A `-dp` left out is 1 (the launcher's default follows: the GPUs
+    left over).
+
+    With `-pp p`: the tensor size is extraArgs' `-tp`, else `runtime.tensorParallel`, else it
+    follows: `gpu.count / p` (`default_tensor_parallel`), so that only p dividing the count is
+    checked. Without `-pp`: only extraArgs' `-tp t` beside `-dp d` is checked here, when t fits
+    and divides the count (`parallelism` and the divisibility check refuse the rest, and `-dp`
+    against `tensorParallel` or the count). Values that are no small whole number, or 0, are
+    other checks' to refuse."""
     count = fields.gpu_count
     pipes, tensors = first_values(words, PIPELINE_PARALLEL), first_values(words, TENSOR_PARALLEL)
     datas = first_values(words, DATA_PARALLEL)
-    if not pipes or not re.match(SMALL_INTEGER, pipes[0]) or int(pipes[0]) == 0:
-        return None
-    p = int(pipes[0])
     d = int(datas[0]) if datas and re.match(SMALL_INTEGER, datas[0]) else 1
-    if tensors:
-        if not re.match(SMALL_INTEGER, tensors[0]) or int(tensors[0]) == 0:
-            return None
-        t = int(tensors[0])
-    elif fields.tensor_parallel is not None:
-        t = fields.tensor_parallel
-    else:
-        if count % p == 0:
-            return None
+    if not pipes:
+        return _tensor_by_data(tensors, d, count)
+    p = _positive(pipes)
+    t = _positive(tensors) if tensors else fields.tensor_parallel
+    if p is None or (tensors and t is None):
+        return None
+    if t is None:  # the tensor size follows -pp: gpu.count / p
         return (
-            f"extraArgs {PIPELINE_PARALLEL} {p} must divide the pod's {count} GPUs {PIPELINE_WHY}"
+            None
+            if count % p == 0
+            else f"extraArgs {PIPELINE_PARALLEL} {p} must divide the pod's {count} GPUs {FIT_WHY}"
         )
     if t * p <= count and count % (t * p) == 0 and d * t * p <= count:
         return None
     return (
         f"extraArgs {PIPELINE_PARALLEL} {p}: tensor x pipeline x data parallel ({t} x {p} x {d}) "
-        f"must fit the pod's {count} GPUs {PIPELINE_WHY}"
+        f"must fit the pod's {count} GPUs {FIT_WHY}"
+    )
+
+
+def _positive(values: list[str]) -> int | None:
+    """The first of `first_values`' values when it is a small whole number above 0, else None."""
+    return (
+        int(values[0]) if values and re.match(SMALL_INTEGER, values[0]) and int(values[0]) else None
+    )
+
+
+def _tensor_by_data(tensors: list[str], d: int, count: int) -> str | None:
+    """`engines_fit` without `-pp`: extraArgs' first `-tp` x `d` against the count, when that
+    `-tp` is a size that fits and divides it (other checks refuse the rest)."""
+    if not tensors or not re.match(SMALL_INTEGER, tensors[0]):
+        return None
+    t = int(tensors[0])
+    if t == 0 or t > count or count % t or d * t <= count:
+        return None
+    return (
+        f"extraArgs {TENSOR_PARALLEL} {t} and {DATA_PARALLEL} {d}: tensor x pipeline x data "
+        f"parallel ({t} x 1 x {d}) must fit the pod's {count} GPUs {FIT_WHY}"
     )

@@ -17,6 +17,7 @@ from llmfleet.crds.engine_args import (
     AT_LEAST_ONE,
     BATCHED_TOKENS,
     FAMILIES,
+    FIT_WHY,
     FRACTION,
     INTEGER,
     KV_CACHE_BYTES,
@@ -28,7 +29,6 @@ from llmfleet.crds.engine_args import (
     OPTION,
     OWNED,
     PIPELINE_PARALLEL,
-    PIPELINE_WHY,
     REFUSED,
     SMALL_INTEGER,
     STREAMER,
@@ -155,8 +155,8 @@ def _parallelism_cel() -> str:
     )
 
 
-def _pipeline_cel() -> str:
-    """CEL twin of `engine_args.pipeline`: the first value of each size (CEL has no `let`, and
+def _engines_fit_cel() -> str:
+    """CEL twin of `engine_args.engines_fit`: the first value of each size (CEL has no `let`, and
     binding a list with a one-item `all` leaves its size unknown to the cost estimate, which
     then exceeds the budget a hundredfold; each use below is a list of its own, added up)."""
     count, small = "self.runtime.gpu.count", cel_string(SMALL_INTEGER)
@@ -173,10 +173,16 @@ def _pipeline_cel() -> str:
             f"{d} * {tensor} * {p} <= {count})"
         )
 
+    # Without -pp: -tp beside -dp, when -tp fits and divides the count (other rules' otherwise;
+    # t is then at most 8, so d x t cannot overflow an int).
+    without = (
+        f"(size({tps}) == 0 || !{tps}[0].matches({small}) || {t} == 0 || {t} > {count} || "
+        f"{count} % {t} != 0 || {d} * {t} <= {count})"
+    )
     return (
-        f"size({pps}) == 0 || !{pps}[0].matches({small}) || {p} == 0 || "
+        f"size({pps}) == 0 ? {without} : (!{pps}[0].matches({small}) || {p} == 0 || "
         f"(size({tps}) > 0 ? (!{tps}[0].matches({small}) || {t} == 0 || {fits(t)}) : "
-        f"has({typed}) ? {fits(typed)} : {count} % {p} == 0)"
+        f"has({typed}) ? {fits(typed)} : {count} % {p} == 0))"
     )
 
 
@@ -331,12 +337,13 @@ def rules() -> list[ArgsRule]:
             _mentions("(tensor x data parallel)"),
         ),
         ArgsRule(
-            _pipeline_cel(),
-            "runtime.extraArgs --pipeline-parallel-size does not fit runtime.gpu.count (1 by "
-            "default): one engine takes tensor x pipeline parallel GPUs, which must divide "
-            "gpu.count, and each data-parallel rank one engine (without -tp in extraArgs or "
-            "runtime.tensorParallel, the tensor-parallel size follows: gpu.count / -pp)",
-            lambda p: p.startswith(f"extraArgs {PIPELINE_PARALLEL} ") and p.endswith(PIPELINE_WHY),
+            _engines_fit_cel(),
+            "runtime.extraArgs parallel sizes do not fit runtime.gpu.count (1 by default): one "
+            "engine takes tensor x pipeline parallel GPUs (pipeline 1 without -pp), which must "
+            "divide gpu.count, and each data-parallel rank (-dp, 1 by default) one engine "
+            "(with -pp but without -tp in extraArgs or runtime.tensorParallel, the "
+            "tensor-parallel size follows: gpu.count / -pp)",
+            lambda p: p.endswith(FIT_WHY),
         ),
         ArgsRule(
             f"{_sizes('--tensor-parallel-size')}.all(t, !t.matches({cel_string(SMALL_INTEGER)}) "

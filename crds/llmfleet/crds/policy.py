@@ -61,6 +61,22 @@ class DebounceSpec(ApiModel):
             field_path=".delayMs",
             check=lambda d: d.delay_ms <= d.window_ms,
         ),
+        Rule(
+            cel="self.mode == 'LatestWins' || self.windowMs == 300",
+            message="debounce.windowMs acts only with debounce.mode LatestWins, and mode is Off "
+            "(its default): set mode: LatestWins, or remove windowMs",
+            field_path=".windowMs",
+            check=lambda d: d.mode == DebounceMode.LATEST_WINS or d.window_ms == 300,
+            ratchets=True,
+        ),
+        Rule(
+            cel="self.mode == 'LatestWins' || self.delayMs == 5",
+            message="debounce.delayMs acts only with debounce.mode LatestWins, and mode is Off "
+            "(its default): set mode: LatestWins, or remove delayMs",
+            field_path=".delayMs",
+            check=lambda d: d.mode == DebounceMode.LATEST_WINS or d.delay_ms == 5,
+            ratchets=True,
+        ),
     )
 
 
@@ -117,6 +133,17 @@ class CascadeSpec(ApiModel):
             field_path=".hedge",
             check=lambda c: not c.hedge or len(c.tiers) > 0,
         ),
+        Rule(
+            cel="self.confidence == 'MinWindowProbability' || self.windowTokens == 8",
+            message="cascade.windowTokens is the window of confidence MinWindowProbability, and "
+            "cascade.confidence is MeanProbability (its default): set confidence: "
+            "MinWindowProbability, or remove windowTokens",
+            field_path=".windowTokens",
+            check=lambda c: (
+                c.confidence == ConfidenceMethod.MIN_WINDOW_PROBABILITY or c.window_tokens == 8
+            ),
+            ratchets=True,
+        ),
     )
 
 
@@ -131,6 +158,21 @@ class DegradationSpec(ApiModel):
     max_kv_cache_usage: Annotated[float, Field(gt=0, le=1)] | None = None
     """Saturated when the pool's mean KV-cache usage is above this (default:
     `slo.maxKvCacheUsage`)."""
+
+    rules = (
+        Rule(
+            cel="self.enabled || (!has(self.service) && !has(self.maxKvCacheUsage) && "
+            "double(self.maxQueueDepth) == 4.0)",
+            message="degradation.service, maxQueueDepth and maxKvCacheUsage act only while "
+            "degradation.enabled is true (false by default): set enabled: true, or remove them",
+            field_path=".enabled",
+            check=lambda d: (
+                d.enabled
+                or (d.service is None and d.max_kv_cache_usage is None and d.max_queue_depth == 4)
+            ),
+            ratchets=True,
+        ),
+    )
 
 
 class LimitsSpec(ApiModel):
@@ -257,5 +299,34 @@ class RolloutSpec(ApiModel):
             message="canary step weights must rise from step to step",
             field_path=".steps",
             check=lambda r: all(a.weight < b.weight for a, b in pairwise(r.steps)),
+        ),
+        Rule(
+            cel="self.strategy == 'Canary' || size(self.steps) == 0",
+            message="rollout.steps are a canary's, and rollout.strategy is RollingUpdate (its "
+            "default): set strategy: Canary, or remove steps",
+            field_path=".steps",
+            check=lambda r: r.strategy == RolloutStrategy.CANARY or not r.steps,
+            ratchets=True,
+        ),
+        Rule(
+            cel="self.strategy == 'Canary' || !has(self.analysis)",
+            message="rollout.analysis judges a canary, and rollout.strategy is RollingUpdate (its "
+            "default): set strategy: Canary, or remove analysis",
+            field_path=".analysis",
+            check=lambda r: (
+                r.strategy == RolloutStrategy.CANARY or "analysis" not in r.model_fields_set
+            ),
+            ratchets=True,
+        ),
+        Rule(
+            cel="self.strategy == 'Canary' || self.progressDeadlineSeconds == 1800",
+            message="rollout.progressDeadlineSeconds limits a canary's steps, and "
+            "rollout.strategy is RollingUpdate (its default): set strategy: Canary, or remove "
+            "progressDeadlineSeconds",
+            field_path=".progressDeadlineSeconds",
+            check=lambda r: (
+                r.strategy == RolloutStrategy.CANARY or r.progress_deadline_seconds == 1800
+            ),
+            ratchets=True,
         ),
     )

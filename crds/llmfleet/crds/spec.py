@@ -800,3 +800,15 @@ class AutoscalingSpec(ApiModel):
     of either: they are trimmed first to keep the budget."""
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=86_400)] = 300
     """How long load must stay low before a pool shrinks."""
+
+    rules = (
+        Rule(
+            cel="self.enabled || self.scaleDownStabilizationSeconds == 300",
+            message="autoscaling.scaleDownStabilizationSeconds acts only with autoscaling.enabled "
+            "true, and it is false (its default): set enabled: true, or remove "
+            "scaleDownStabilizationSeconds",
+            field_path=".scaleDownStabilizationSeconds",
+            check=lambda a: a.enabled or a.scale_down_stabilization_seconds == 300,
+            ratchets=True,
+        ),
+    )

@@ -26,7 +26,7 @@ from pydantic_core import ErrorDetails
 
 from llmfleet.crds import admission_policy, kubectl_yaml
 from llmfleet.crds import metadata as meta
-from llmfleet.crds._base import RULE_ERROR
+from llmfleet.crds._base import ADMISSION, RULE_ERROR
 from llmfleet.crds.inference_service import API_VERSION, GROUP, KIND, InferenceService
 
 
@@ -73,7 +73,7 @@ def problems(document: object) -> list[Problem]:
     except (TypeError, ValueError) as error:
         return [*found, Problem("", f"not representable as JSON: {error}")]
     try:
-        InferenceService.model_validate_json(body, strict=True)
+        InferenceService.model_validate_json(body, strict=True, context={ADMISSION: True})
     except ValidationError as error:
         found += [_problem(detail) for detail in error.errors(include_url=False)]
     return found

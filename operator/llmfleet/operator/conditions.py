@@ -1,6 +1,6 @@
-"""Status conditions (pure): Ready, Progressing, Degraded, ScalingLimited, MetricsMissing and
-ModelNameConflict, with reasons and messages a person can act on. A condition keeps its
-lastTransitionTime while its status holds.
+"""Status conditions (pure): Ready, Progressing, Degraded, ScalingLimited, MetricsMissing,
+ModelNameConflict and RolloutAnnotationUnknown, with reasons and messages a person can act on.
+A condition keeps its lastTransitionTime while its status holds.
 
 Ready means serving: every pool serves its (non-zero) target. Degraded names a problem: children
 the API server refused, pods the scheduler cannot place. ScalingLimited gives the figures when
@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from llmfleet.crds import Condition, InferenceService
+from llmfleet.crds import labels as L
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_TYPES, gpu_type_of
 from llmfleet.crds.inference_service import ConditionStatus
 from llmfleet.operator.budget import PoolTarget, gpus_held, limit_message
@@ -20,6 +21,7 @@ from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.pools import PoolAssignment
 from llmfleet.operator.prune import Pruning
+from llmfleet.operator.rollout import unknown_pause
 
 
 def _unschedulable(observed: Observed) -> dict[str, list[str]]:
@@ -291,6 +293,25 @@ def _model_name_conflict(service: InferenceService, observed: Observed) -> Said 
     )  # fmt: skip
 
 
+def _rollout_annotation(service: InferenceService, observed: Observed) -> Said | None:
+    """RolloutAnnotationUnknown: True while `rollout-pause` holds a value the operator does not
+    read (an object kept from before the admission policy: `True`, `yes`), False once it no
+    longer does; None (no condition) for a service that never had one."""
+    annotations = service.metadata.get("annotations") or {}
+    value = unknown_pause(dict(annotations)) if isinstance(annotations, dict) else None
+    if value is None:
+        if any(c.type == "RolloutAnnotationUnknown" for c in observed.conditions):
+            return (ConditionStatus.FALSE, "AnnotationsUnderstood",
+                    f"{L.ROLLOUT_PAUSE} is absent, \"true\" or \"false\".")  # fmt: skip
+        return None
+    return (
+        ConditionStatus.TRUE, "UnknownPauseValue",
+        f"metadata.annotations[{L.ROLLOUT_PAUSE}] is {value!r}, which the operator does not "
+        "read: the rollout is not paused. Write \"true\" to hold the canary at its step, or "
+        "\"false\" (or remove the annotation) to let it go on.",
+    )  # fmt: skip
+
+
 def _parse(text: str | None) -> datetime | None:
     if not text:
         return None
@@ -373,6 +394,9 @@ def conditions(
     conflict = _model_name_conflict(service, observed)
     if conflict is not None:
         wanted["ModelNameConflict"] = conflict
+    annotation = _rollout_annotation(service, observed)
+    if annotation is not None:
+        wanted["RolloutAnnotationUnknown"] = annotation
 
     previous = {condition.type: condition for condition in observed.conditions}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -208,7 +208,8 @@ def replacements_serve(pools: dict[str, PoolTarget], observed: Observed) -> bool
     return all(endpoints.get(pool, 0) >= target.active for pool, target in pools.items())
 
 
-PROBLEM_CONDITIONS = ("Degraded", "ScalingLimited", "MetricsMissing", "ModelNameConflict")
+PROBLEM_CONDITIONS = ("Degraded", "ScalingLimited", "MetricsMissing", "ModelNameConflict",
+                      "RolloutAnnotationUnknown")  # fmt: skip
 """Conditions that are bad when True (Ready is bad when False)."""
 
 
@@ -218,7 +219,8 @@ def _bad(condition: Condition) -> bool:
 
 def condition_events(observed: Observed, now_conditions: list[Condition]) -> list[Event]:
     """An event whenever Ready or Degraded changes status or reason, and whenever
-    ScalingLimited, MetricsMissing or ModelNameConflict turns True, changes reason or turns back
+    ScalingLimited, MetricsMissing, ModelNameConflict or RolloutAnnotationUnknown turns True,
+    changes reason or turns back
     (not on every pass); a Warning when the new state is bad.
     One event when several change to the same reason and message (a problem that makes the
     service not Ready and Degraded is said once)."""
@@ -229,8 +231,7 @@ def condition_events(observed: Observed, now_conditions: list[Condition]) -> lis
         if old is not None and (old.status, old.reason) == (condition.status, condition.reason):
             continue
         if condition.type in ("Ready", "Degraded") or (
-            condition.type in ("ScalingLimited", "MetricsMissing", "ModelNameConflict")
-            and (_bad(condition) or old is not None)
+            condition.type in PROBLEM_CONDITIONS[1:] and (_bad(condition) or old is not None)
         ):
             changed.append(condition)
     events: list[Event] = []

@@ -45,6 +45,7 @@ from enum import StrEnum
 
 from llmfleet.crds import InferenceServiceSpec
 from llmfleet.crds import labels as L
+from llmfleet.crds.admission_policy import PAUSE_VALUES
 from llmfleet.crds.inference_service import CanaryPhase, CanaryStatus, StableSpec
 from llmfleet.crds.policy import RolloutSpec, RolloutStrategy
 
@@ -95,9 +96,19 @@ class Analysis:
     """With `Fail`: the check that failed and both figures."""
 
 
+def unknown_pause(annotations: dict[str, str]) -> str | None:
+    """The `rollout-pause` value the operator does not read (None: absent, or one it reads).
+    It reads exactly what the admission policy lets in, `"true"` (paused) and `"false"`; a
+    value an object kept from before the policy (`True`, `yes`) pauses nothing, and the
+    condition `RolloutAnnotationUnknown` says so (`conditions`)."""
+    value = annotations.get(L.ROLLOUT_PAUSE)
+    return None if value is None or value in PAUSE_VALUES else value
+
+
 @dataclass(frozen=True)
 class Actions:
-    """What the annotations ask (`labels.ROLLOUT_*`); the one-shot actions by value."""
+    """What the annotations ask (`labels.ROLLOUT_*`); the one-shot actions by value. Paused only
+    by `"true"` exactly, as the admission policy accepts it (`unknown_pause`)."""
 
     paused: bool = False
     promote: str | None = None
@@ -107,7 +118,7 @@ class Actions:
     @classmethod
     def from_annotations(cls, annotations: dict[str, str]) -> Actions:
         return cls(
-            paused=annotations.get(L.ROLLOUT_PAUSE, "").strip().lower() == "true",
+            paused=annotations.get(L.ROLLOUT_PAUSE) == "true",
             promote=annotations.get(L.ROLLOUT_PROMOTE),
             abort=annotations.get(L.ROLLOUT_ABORT),
             retry=annotations.get(L.ROLLOUT_RETRY),
