@@ -265,12 +265,14 @@ def test_an_engine_stopped_with_sigstop_is_ejected_after_its_timeouts(sim_binary
         ) as server,
     ):
         table = server.server.config.app.state.table  # type: ignore[attr-defined]
+        url = f"{server.url}/v1/chat/completions"
+        # Only pools with traffic are scraped: one request makes this one active.
+        assert httpx.post(url, json=BODY, timeout=10).status_code == 200
         wait_for(
             lambda: all(table.get(s.url).load is not None for s in (stopped, healthy)) or None,
             30,
             "both engines scraped",
         )
-        url = f"{server.url}/v1/chat/completions"
         stopped.process.send_signal(signal.SIGSTOP)
         try:
             timeouts = 0
