@@ -391,7 +391,8 @@ _ERROR_STATUSES = {
     "499": "The client left (not sent)",
     "500": "An unexpected error in the gateway",
     "502": "The engines failed",
-    "503": "No serving endpoint, or the gateway is starting",
+    "503": "No serving endpoint, none reachable (the request reached no engine), or the "
+    "gateway is starting",
     "504": "The engine did not answer in time",
 }
 
