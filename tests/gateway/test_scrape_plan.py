@@ -185,6 +185,35 @@ def test_the_scraper_reads_active_pools_once_per_interval_and_forgets_idle_ones(
     assert "llmfleet_gateway_scrape_lag_seconds_count 2.0" in text  # the two second scrapes
 
 
+class Switchable(StaticDiscovery):
+    """Static discovery whose snapshot a test replaces (a new mapping, as a refresh makes)."""
+
+    def switch(self, other: StaticDiscovery) -> None:
+        self._services = dict(other.services())
+
+
+def test_retain_forgets_the_endpoints_discovery_no_longer_lists() -> None:
+    table = EndpointTable(eject_after_failures=3, eject_seconds=10, stale_seconds=5)
+    metrics = GatewayMetrics()
+    discovery = Switchable(_pools("a", "b").services())
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(
+            transport=httpx.MockTransport(lambda _: httpx.Response(503))
+        ) as client:
+            scraper = Scraper(client, table, discovery, metrics, GatewaySettings())
+            scraper.retain()
+            table.candidates(["http://a-0", "http://b-0"])
+            scraper.retain()  # the same snapshot: nothing to walk, nothing forgotten
+            assert set(table.reads) == {"http://a-0", "http://b-0"}
+            discovery.switch(_pools("a"))
+            scraper.retain()
+            assert set(table.reads) == {"http://a-0"}
+
+    asyncio.run(scenario())
+    assert 'llmfleet_gateway_scrape_endpoints{state="known"} 2.0' in metrics.exposition().decode()
+
+
 @pytest.mark.parametrize(
     ("answer", "outcome"),
     [

@@ -30,12 +30,12 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
 from llmfleet.core import vllm_metrics
-from llmfleet.gateway.discovery import Discovery
+from llmfleet.gateway.discovery import Discovery, Service
 from llmfleet.gateway.endpoints import Clock, EndpointTable, EngineLoad
 from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.scrape_plan import next_due, plan
@@ -121,6 +121,8 @@ class Scraper:
         self._due: dict[str, float] = {}
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._retained: Mapping[str, Service] | None = None
+        """Discovery's snapshot at the last `retain`."""
         self._outcomes = {o: metrics.scrapes.labels(o) for o in ("ok", "failed", "timeout")}
 
     async def forever(self) -> None:
@@ -141,7 +143,12 @@ class Scraper:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def retain(self) -> None:
-        """Forget endpoints discovery no longer lists (once per interval: it walks them all)."""
+        """Forget endpoints discovery no longer lists (once per interval: it walks them all,
+        unless discovery's snapshot is the very object it was last time)."""
+        services = self._discovery.services()
+        if services is self._retained:
+            return
+        self._retained = services
         known = known_urls(self._discovery)
         self._table.retain(known)
         for url in [url for url in self._due if url not in known]:
