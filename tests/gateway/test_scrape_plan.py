@@ -220,6 +220,7 @@ def test_retain_forgets_the_endpoints_discovery_no_longer_lists() -> None:
         pytest.param("503", "failed", id="error-status"),
         pytest.param("refused", "failed", id="connect-error"),
         pytest.param("slow", "timeout", id="slower-than-the-timeout"),
+        pytest.param("bug", "failed", id="not-an-http-error"),
     ],
 )
 def test_a_failed_scrape_keeps_the_last_figures_and_is_counted(answer: str, outcome: str) -> None:
@@ -233,6 +234,8 @@ def test_a_failed_scrape_keeps_the_last_figures_and_is_counted(answer: str, outc
             raise httpx.ConnectError("refused", request=request)
         if answer == "slow":
             await asyncio.sleep(5)
+        if answer == "bug":
+            raise ValueError("not an HTTP error")
         return httpx.Response(503)
 
     settings = GatewaySettings(scrape_interval_seconds=1.0, scrape_timeout_seconds=0.05)

@@ -198,6 +198,9 @@ class Scraper:
         except httpx.HTTPError as error:
             log.debug("endpoint=%s scrape failed: %s", url, error)
             return "failed"
+        except Exception as error:  # a URL httpx refuses, say: one endpoint's, not the loop's
+            log.warning("endpoint=%s scrape failed: %r", url, error)
+            return "failed"
         if url in self._table.reads:  # still active: an idle endpoint keeps no figures
             self._table.record_load(url, engine_load(response.text))
         return "ok"
