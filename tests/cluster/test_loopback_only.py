@@ -83,12 +83,18 @@ def test_gateway_in_discovery_mode_never_connects_off_loopback(
         kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
         wait_ready(kube, ns, "llama-8b")
         wait_endpoints(kube, ns, "llama-8b-unified", 2, timeout=60)
-        kube.wait_for(lambda: refused(metrics, name).get("scrape", 0) > 0, 60,
-                      f"the gateway to refuse its first scrape ({gateway.log})")  # fmt: skip
-        started = time.monotonic()
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+
+        def scraped() -> bool:
+            # Only pools with traffic are scraped: a request makes this one active (once the
+            # gateway has discovered it).
+            httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=10)
+            return refused(metrics, name).get("scrape", 0) > 0
+
+        kube.wait_for(scraped, 60, f"the gateway to refuse its first scrape ({gateway.log})")
         answers = []
+        started = time.monotonic()
         while time.monotonic() - started < WATCH_SECONDS:
-            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
             answers.append(httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=10))
             time.sleep(2)
         counts = refused(metrics, name)

@@ -155,8 +155,10 @@ def test_openai_client_gets_the_cheap_answer_without_logprobs(
     engines: Any, cheap: LogprobEngine, large: LogprobEngine
 ) -> None:
     cheap.reset(probability=SURE)
-    with _gateway(engines) as server:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    with (
+        _gateway(engines) as server,
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as client,
+    ):  # the client closed: its socket is not left to a garbage collection in a later test
         raw = client.chat.completions.with_raw_response.create(
             model=MODEL, messages=[{"role": "user", "content": "say hi"}]
         )
@@ -172,8 +174,10 @@ def test_logprobs_the_caller_asked_for_are_kept(
     engines: Any, cheap: LogprobEngine, large: LogprobEngine
 ) -> None:
     cheap.reset(probability=SURE)
-    with _gateway(engines) as server:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    with (
+        _gateway(engines) as server,
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as client,
+    ):
         completion = client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "say hi"}], logprobs=True
         )

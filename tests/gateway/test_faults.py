@@ -6,7 +6,10 @@ import asyncio
 import contextlib
 import json
 import re
+import select
 import signal
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +104,72 @@ def test_failing_endpoint_is_retried_elsewhere_then_ejected(bad: str, upstream: 
     assert len(good.received) == 6
 
 
-def test_all_endpoints_failing_is_a_502_naming_them() -> None:
-    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+def test_no_endpoint_reachable_is_a_retryable_503_naming_them() -> None:
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens: refused
     with gateway(_one_pool(*dead)) as server:
         response = httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable", "upstream_unreachable")
+    assert all(url in error["message"] for url in dead)
+
+
+def test_an_engine_that_failed_the_request_makes_it_a_502_naming_them() -> None:
+    """First an engine answers 500, then the retry finds nothing listening: not a 503, as an
+    engine did see the request (round-robin tries the pool's endpoints in order)."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    with (
+        ThreadServer(StandIn("bad", status=500).app()) as failing,
+        gateway(_one_pool(failing.url, dead), profile="round-robin") as server,
+    ):
+        response = httpx.post(f"{server.url}/v1/chat/completions", json=BODY, timeout=10)
     assert response.status_code == 502
-    message = response.json()["error"]["message"]
-    assert all(url in message for url in dead)
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("upstream_error", "upstream_unavailable")
+    assert f"{failing.url}: status 500" in error["message"]
+    assert dead in error["message"]
+
+
+@contextlib.contextmanager
+def _unanswered_connects() -> Iterator[str]:
+    """A loopback address whose connects time out: a listening socket that never accepts, its
+    accept queue filled first (Linux then drops further SYNs, so the client waits for its
+    connect timeout, as for an engine on a saturated or unreachable node)."""
+    listener = socket.socket()
+    fillers: list[socket.socket] = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        address = listener.getsockname()
+        while True:  # fill the accept queue until a connect no longer completes
+            filler = socket.socket()
+            filler.setblocking(False)
+            fillers.append(filler)
+            filler.connect_ex(address)
+            _, writable, _ = select.select([], [filler], [], 0.5)
+            if not writable:
+                break
+            assert len(fillers) < 64, "the accept queue never filled"
+        yield f"http://127.0.0.1:{address[1]}"
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+@UPSTREAMS
+def test_a_connect_timeout_with_no_endpoint_left_is_a_retryable_503(upstream: str) -> None:
+    with (
+        _unanswered_connects() as silent,
+        gateway(_one_pool(silent), connect_timeout_seconds=0.3, upstream_client=upstream) as gw,
+    ):
+        response = httpx.post(f"{gw.url}/v1/chat/completions", json=BODY, timeout=10)
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "1"
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable", "upstream_unreachable")
+    assert silent in error["message"]
 
 
 @UPSTREAMS
@@ -265,12 +327,14 @@ def test_an_engine_stopped_with_sigstop_is_ejected_after_its_timeouts(sim_binary
         ) as server,
     ):
         table = server.server.config.app.state.table  # type: ignore[attr-defined]
+        url = f"{server.url}/v1/chat/completions"
+        # Only pools with traffic are scraped: one request makes this one active.
+        assert httpx.post(url, json=BODY, timeout=10).status_code == 200
         wait_for(
             lambda: all(table.get(s.url).load is not None for s in (stopped, healthy)) or None,
             30,
             "both engines scraped",
         )
-        url = f"{server.url}/v1/chat/completions"
         stopped.process.send_signal(signal.SIGSTOP)
         try:
             timeouts = 0

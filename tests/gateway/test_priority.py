@@ -237,6 +237,7 @@ def test_saturation_from_scraped_figures(
 ) -> None:
     big, small = reporting[engine], reporting[SMALL]
     with gateway(_discovery(big.url, small.url, degradation)) as server:
+        _ask(server.url, "critical")  # traffic makes the pool active: its engine is scraped
         wait_for(lambda: _state(server).table.get(big.url).load, 30, "the first scrape")
         response = _ask(server.url, priority)
         assert _served_by(response, {BIG: big.url, SMALL: small.url}) == expected
@@ -253,6 +254,7 @@ def test_stale_figures_do_not_count_as_saturated(reporting: dict[str, Sim]) -> N
     engines = {BIG: big.url, SMALL: small.url}
     with ThreadServer(app) as server:
         table = app.state.table
+        _ask(server.url, "critical")  # traffic makes the pool active: its engine is scraped
         wait_for(lambda: table.get(big.url).load, 30, "the one scrape of the big engine")
         assert _served_by(_ask(server.url, "sheddable"), engines) == SMALL
         clock.now += 5.5  # the figures are older than metrics_stale_seconds now

@@ -48,15 +48,18 @@ def test_busy_engine_gets_no_traffic(
     discovery = StaticDiscovery({MODEL: Service(MODEL, "ns", "svc", {"unified": pool})})
     with gateway(discovery, profile=profile) as server:
         table = server.server.config.app.state.table  # type: ignore[attr-defined]
+
+        def ask(content: str) -> str:
+            body = {"model": MODEL, "messages": [{"role": "user", "content": content}]}
+            response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=10)
+            endpoint: str = response.headers["x-llmfleet-endpoint"]
+            return endpoint
+
+        # Only pools with traffic are scraped: the first request makes this one active (and
+        # is routed on in-flight counts alone, so it is not counted).
+        ask("warm-up")
         wait_for(
             lambda: table.get(busy.url).load or None, 30, "the first scrape of the busy engine"
         )
-        served = Counter(
-            httpx.post(
-                f"{server.url}/v1/chat/completions",
-                json={"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}]},
-                timeout=10,
-            ).headers["x-llmfleet-endpoint"]
-            for i in range(20)
-        )
+        served = Counter(ask(f"question {i}") for i in range(20))
     assert served[busy.url] == busy_share

@@ -56,7 +56,7 @@ from llmfleet.gateway.policies.priority import Admission
 from llmfleet.gateway.policies.timeout import Deadline
 from llmfleet.gateway.proxy import Call, Failure, Forwarder, Priority
 from llmfleet.gateway.routing.base import RoutingRequest
-from llmfleet.gateway.scraper import scrape_forever
+from llmfleet.gateway.scraper import Scraper
 from llmfleet.gateway.settings import GatewaySettings
 from llmfleet.gateway.tenants import Tenants, TenantsError
 from llmfleet.gateway.upstream import AiohttpUpstream, HttpxUpstream, Upstream
@@ -168,19 +168,24 @@ def create_app(
         settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc(), log
     )
     upstream = _upstream_from(settings, transport, guard)
-    scrape_client = httpx.AsyncClient(  # scrapes are rare: httpx's own transport is fine
-        transport=guarded(transport, guard, "scrape"),
+    # At most `scrape_concurrency` scrapes at a time: httpx's own transport is fine.
+    scrape_limits = httpx.Limits(
+        max_connections=settings.scrape_concurrency,
+        max_keepalive_connections=settings.scrape_concurrency,
+    )
+    scrape_client = httpx.AsyncClient(
+        transport=guarded(transport, guard, "scrape", scrape_limits),
+        limits=scrape_limits,
         timeout=settings.scrape_timeout_seconds,
     )
+    scraper = Scraper(scrape_client, table, source, metrics, settings, clock=clock)
     forwarder = Forwarder(settings, upstream, table, metrics)
     pauses = PauseRecorder(metrics.gc_pauses)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await source.start()
-        scraper = asyncio.create_task(
-            scrape_forever(scrape_client, table, source, settings.scrape_interval_seconds)
-        )
+        scraping = asyncio.create_task(scraper.forever())
         if settings.freeze_startup_heap:
             frozen = freeze_startup_heap()
             log.info("froze %d start-up objects out of the garbage collector's way", frozen)
@@ -198,9 +203,9 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await reloading
             pauses.stop()
-            scraper.cancel()
+            scraping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await scraper
+                await scraping
             await source.stop()
             await upstream.aclose()
             await scrape_client.aclose()
@@ -386,7 +391,8 @@ _ERROR_STATUSES = {
     "499": "The client left (not sent)",
     "500": "An unexpected error in the gateway",
     "502": "The engines failed",
-    "503": "No serving endpoint, or the gateway is starting",
+    "503": "No serving endpoint, none reachable (the request reached no engine), or the "
+    "gateway is starting",
     "504": "The engine did not answer in time",
 }
 

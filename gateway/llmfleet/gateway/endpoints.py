@@ -2,6 +2,10 @@
 
 One `EndpointState` per base URL, shared by every pool that lists the URL. The routing plugins
 never see this mutable object, only the frozen `Candidate` view `candidate()` takes of it.
+
+Reading an endpoint's figures for a decision (`candidates`, `fresh_loads`) stamps it in `reads`:
+that is what makes it *active*, and only active endpoints are scraped (`scrape_plan`). The
+stamp is one dict store per candidate, on the event loop, where the figures are read anyway.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class EndpointTable:
         clock: Clock = time.monotonic,
     ) -> None:
         self._states: dict[str, EndpointState] = {}
+        self.reads: dict[str, float] = {}
+        """Endpoint URL -> the last time routing read its figures (what the scraper serves);
+        the scraper removes endpoints that went idle (`forget_figures`)."""
         self._eject_after = eject_after_failures
         self._eject_seconds = eject_seconds
         self._stale_seconds = stale_seconds
@@ -68,10 +75,39 @@ class EndpointTable:
         keep = set(urls)
         for url in [url for url in self._states if url not in keep]:
             del self._states[url]
+        for url in [url for url in self.reads if url not in keep]:
+            del self.reads[url]
 
     def candidates(self, urls: Iterable[str]) -> list[Candidate]:
+        """The routing view of `urls`, each stamped as read now."""
         now = self.clock()
-        return [self.candidate(self.get(url), now) for url in urls]
+        reads = self.reads
+        found = []
+        for url in urls:
+            reads[url] = now
+            found.append(self.candidate(self.get(url), now))
+        return found
+
+    def fresh_loads(self, urls: Iterable[str]) -> list[EngineLoad | None]:
+        """The scraped figures of `urls` where they are fresh (None: stale or never scraped),
+        each stamped as read now (an admission check keeps its pool scraped too)."""
+        now = self.clock()
+        found: list[EngineLoad | None] = []
+        for url in urls:
+            self.reads[url] = now
+            state = self.get(url)
+            fresh = now - state.scraped_at <= self._stale_seconds
+            found.append(state.load if fresh else None)
+        return found
+
+    def forget_figures(self, url: str) -> None:
+        """`url` went idle: drop its read stamp and its figures, so when traffic comes back it
+        reads as never scraped (zeros, not stale) until its first scrape lands."""
+        self.reads.pop(url, None)
+        state = self._states.get(url)
+        if state is not None:
+            state.load = None
+            state.scraped_at = float("-inf")
 
     def candidate(self, state: EndpointState, now: float) -> Candidate:
         fresh = state.load is not None and now - state.scraped_at <= self._stale_seconds

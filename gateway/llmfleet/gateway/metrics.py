@@ -22,6 +22,7 @@ _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 
 _OVERHEAD_BUCKETS = (
     0.00002, 0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.005, 0.01, 0.05,
 )  # fmt: skip
+_SCRAPE_LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _GC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 
 
@@ -118,6 +119,28 @@ class GatewayMetrics:
             "Connections refused before connecting because the destination is outside "
             "127.0.0.0/8 and ::1 (LLMFLEET_LOOPBACK_ONLY), by client (upstream, scrape).",
             ("client",),
+            registry=r,
+        )
+
+        self.scrapes = Counter(
+            "llmfleet_gateway_scrapes",
+            "Scrapes of engines' /metrics by outcome: ok, failed (refused, an error status, "
+            "unreadable), timeout (slower than scrape_timeout_seconds).",
+            ("outcome",),
+            registry=r,
+        )
+        self.scrape_endpoints = Gauge(
+            "llmfleet_gateway_scrape_endpoints",
+            "Engine endpoints by state: known (discovery lists them), active (routing read "
+            "their figures within scrape_active_seconds: the ones scraped).",
+            ("state",),
+            registry=r,
+        )
+        self.scrape_lag = Histogram(
+            "llmfleet_gateway_scrape_lag_seconds",
+            "How late a scheduled scrape started after it was due (above a tick: "
+            "scrape_concurrency is what limits the scraper).",
+            buckets=_SCRAPE_LAG_BUCKETS,
             registry=r,
         )
 

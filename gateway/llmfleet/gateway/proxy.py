@@ -5,6 +5,10 @@ Contracts:
   another endpoint of the same pool; after the first byte reached the client nothing is retried.
   A read timeout (headers, or a stream's next chunk) is answered 504 (or ends the stream with an
   error event), not retried, and ejects the endpoint at once: it is hung.
+- When no endpoint is left to try: 503 (`Retry-After`) when none could be connected to
+  (refused, unreachable, connect timeout: the request reached no engine, so the client may
+  safely send it again), 502 when an engine failed it (5xx, broken before the headers) or the
+  loopback guard refused every endpoint (a configuration that a retry does not change).
 - Every `begin` on the endpoint table is matched by exactly one `end` (in `finally` blocks), also
   when the client leaves mid-stream: the in-flight counts feed routing.
 - A stream whose engine fails mid-way ends with one SSE error event, never a hang; a client that
@@ -110,6 +114,20 @@ class Opened:
     """Set by `Forwarder.close`: the response is closed and accounted for."""
 
 
+@dataclass
+class _Misses:
+    """The endpoints `Forwarder.open` tried that did not serve the call, and why."""
+
+    errors: list[str] = field(default_factory=list)
+    unreached: bool = True
+    """Every one failed to connect (refused, unreachable, connect timeout): no engine saw the
+    request, so sending it again is safe."""
+
+    def add(self, error: str, *, reached: bool) -> None:
+        self.errors.append(error)
+        self.unreached = self.unreached and not reached
+
+
 class Failure(Exception):
     """The call cannot be served; `response` is the OpenAI-shaped answer to send instead."""
 
@@ -193,7 +211,7 @@ class Forwarder:
         self.admit(call, pool.role)
         labels = call.labels(pool.role)
         tried: set[str] = set()
-        errors: list[str] = []
+        misses = _Misses()
         headers = (("Content-Type", "application/json"), ("X-Request-Id", call.request_id))
         tokens = call.routing.tokens
         read_timeout = self._read_timeout(call)
@@ -226,11 +244,12 @@ class Forwarder:
                 ) from None
             except UpstreamRefusedNonLocal as error:  # never sent: logged once per endpoint
                 self._end(call, pool.role, url, tokens)
-                errors.append(f"{url}: {error}")
+                misses.add(f"{url}: {error}", reached=True)  # a misconfiguration: not retryable
                 continue
             except UpstreamError as error:  # refused, reset before the headers, ...
                 self._end(call, pool.role, url, tokens)
-                errors.append(self._failed(call, pool.role, url, str(error)))
+                failure = self._failed(call, pool.role, url, str(error))
+                misses.add(failure, reached=not error.connecting)
                 continue
             except BaseException:  # cancelled (the client left): keep the counts right
                 self._end(call, pool.role, url, tokens)
@@ -238,21 +257,33 @@ class Forwarder:
             if response.status_code >= 500 and attempt + 1 < ATTEMPTS:
                 await response.aclose()
                 self._end(call, pool.role, url, tokens)
-                errors.append(self._failed(call, pool.role, url, f"status {response.status_code}"))
+                reason = f"status {response.status_code}"
+                misses.add(self._failed(call, pool.role, url, reason), reached=True)
                 continue
             if response.status_code < 500:
                 self.table.succeeded(url)
             return Opened(url, pool.role, response, tokens)
-        message = f"no endpoint of pool {pool.role!r} could serve model {call.service.model!r}"
-        raise Failure(
-            error_response(
-                503 if not tried else 502,
-                f"{message} ({'; '.join(errors) or 'no serving endpoint'})",
-                code="no_endpoint" if not tried else "upstream_unavailable",
-                headers={"Retry-After": str(self.settings.retry_after_seconds)},
-            ),
-            "unavailable",
-        )
+        raise Failure(self._unavailable(call, pool.role, misses), "unavailable")
+
+    def _unavailable(self, call: Call, pool: Role, misses: _Misses) -> Response:
+        """The answer when no endpoint served: 503 when none was tried or none could be
+        reached (retryable), else 502."""
+        model = call.service.model
+        detail = "; ".join(misses.errors) or "no serving endpoint"
+        if not misses.errors:
+            status, code = 503, "no_endpoint"
+            message = f"no endpoint of pool {pool!r} could serve model {model!r} ({detail})"
+        elif misses.unreached:
+            status, code = 503, "upstream_unreachable"
+            message = (
+                f"no endpoint of pool {pool!r} of model {model!r} could be reached; the "
+                f"request reached no engine, retry it ({detail})"
+            )
+        else:
+            status, code = 502, "upstream_unavailable"
+            message = f"no endpoint of pool {pool!r} could serve model {model!r} ({detail})"
+        retry = {"Retry-After": str(self.settings.retry_after_seconds)}
+        return error_response(status, message, code=code, headers=retry)
 
     def _begin(self, call: Call, pool: Role, url: str, tokens: int) -> None:
         self.table.begin(url, tokens)

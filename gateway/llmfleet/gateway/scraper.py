@@ -1,20 +1,45 @@
-"""Reads every known engine's /metrics on an interval into the endpoint table.
+"""Reads the active engines' /metrics into the endpoint table, spread over the interval.
 
-A failed or slow scrape leaves the endpoint's last figures in place; they age out after
-`metrics_stale_seconds` (the table then reports zeros, and routing leans on the gateway's own
-in-flight counts, which are always current).
+What routing needs, and where it comes from:
+
+- its own in-flight requests and tokens per endpoint: exact and free, counted by the forwarder
+  (`EndpointTable.begin`/`end`), whatever the scraper does;
+- each engine's queue, running batch and KV usage: scraped here, only for endpoints routing read
+  within `scrape_active_seconds` (`scrape_plan`), each about once per `scrape_interval_seconds`,
+  with at most `scrape_concurrency` scrapes in flight. So the scraper's cost follows this
+  replica's traffic, not the fleet's size: an idle pool costs no GET, and a replica that serves
+  a few pools of a thousand scrapes those few.
+
+A pool that gets its first request (or its first after `scrape_active_seconds` idle) routes on
+the in-flight counts alone until its first scrape lands (a tick, at most `TICK_SECONDS`, plus
+the GET): its endpoints read as never scraped (zeros), not as stale, so the `healthy` filter
+keeps them and the load scorers see only what this replica sent them.
+
+A failed or slow scrape (over `scrape_timeout_seconds`, the whole GET) leaves the endpoint's last
+figures in place; they age out after `metrics_stale_seconds` (the table then reports zeros).
+What happens is counted: `llmfleet_gateway_scrapes_total{outcome}`,
+`llmfleet_gateway_scrape_endpoints{state}` (known, active), and
+`llmfleet_gateway_scrape_lag_seconds` (how late a scrape started after it was due: above a tick
+the concurrency bound is what limits it). `llmfleet sim --scrape-seconds` measures what older
+figures cost in routing quality (README, "Engine metrics at fleet scale").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
+from collections.abc import Callable, Mapping
 
 import httpx
 
 from llmfleet.core import vllm_metrics
-from llmfleet.gateway.discovery import Discovery
-from llmfleet.gateway.endpoints import EndpointTable, EngineLoad
+from llmfleet.gateway.discovery import Discovery, Service
+from llmfleet.gateway.endpoints import Clock, EndpointTable, EngineLoad
+from llmfleet.gateway.metrics import GatewayMetrics
+from llmfleet.gateway.scrape_plan import next_due, plan
+from llmfleet.gateway.settings import GatewaySettings
 
 log = logging.getLogger("llmfleet.gateway.scraper")
 
@@ -25,6 +50,14 @@ LOAD_SERIES = (
     vllm_metrics.GPU_CACHE_USAGE,
 )
 """The only series a scrape reads out of the engine's exposition."""
+
+TICK_SECONDS = 0.05
+"""The scraper looks for due scrapes this often (or 4 times an interval, if that is more
+often): the longest a newly active pool waits for its first scrape to start, and the grain
+scrapes are spread at. A tick walks the active endpoints only."""
+
+JITTER = 0.2
+"""Each next scrape is due one interval later ±10% (`scrape_plan.next_due`)."""
 
 
 def engine_load(text: str) -> EngineLoad:
@@ -47,30 +80,127 @@ def engine_load(text: str) -> EngineLoad:
 
 
 def known_urls(discovery: Discovery) -> set[str]:
-    return {
-        url
-        for service in discovery.services().values()
-        for pool in service.pools.values()
-        for url in pool.endpoints
-    }
+    """Every endpoint URL of every pool discovery lists (canaries' pools included)."""
+    urls: set[str] = set()
+    for service in discovery.services().values():
+        revisions = [service] if service.canary is None else [service, service.canary.service]
+        for revision in revisions:
+            for pool in revision.pools.values():
+                urls.update(pool.endpoints)
+    return urls
 
 
-async def scrape_once(client: httpx.AsyncClient, table: EndpointTable, url: str) -> bool:
-    try:
-        response = await client.get(url + "/metrics")
-        response.raise_for_status()
-    except httpx.HTTPError as error:
-        log.debug("endpoint=%s scrape failed: %s", url, error)
-        return False
-    table.record_load(url, engine_load(response.text))
-    return True
+class Scraper:
+    """The scrape loop of one gateway replica (`forever`), over the shared endpoint table.
 
+    Only the event loop's thread runs it, like everything that touches the table. `clock` is
+    the table's (the plan's times); the ticks themselves sleep in real time. `draw` gives the
+    jitter's random numbers in [0, 1)."""
 
-async def scrape_forever(
-    client: httpx.AsyncClient, table: EndpointTable, discovery: Discovery, interval: float
-) -> None:
-    while True:
-        urls = known_urls(discovery)
-        table.retain(urls)
-        await asyncio.gather(*(scrape_once(client, table, url) for url in urls))
-        await asyncio.sleep(interval)
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        table: EndpointTable,
+        discovery: Discovery,
+        metrics: GatewayMetrics,
+        settings: GatewaySettings,
+        *,
+        clock: Clock = time.monotonic,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._discovery = discovery
+        self._metrics = metrics
+        self._interval = settings.scrape_interval_seconds
+        self._timeout = settings.scrape_timeout_seconds
+        self._active = settings.scrape_active_seconds
+        self._concurrency = settings.scrape_concurrency
+        self._clock = clock
+        self._draw = draw
+        self._due: dict[str, float] = {}
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._retained: Mapping[str, Service] | None = None
+        """Discovery's snapshot at the last `retain`."""
+        self._outcomes = {o: metrics.scrapes.labels(o) for o in ("ok", "failed", "timeout")}
+
+    async def forever(self) -> None:
+        """Tick until cancelled; the scrapes still in flight are cancelled with it."""
+        loop = asyncio.get_running_loop()
+        pause = min(TICK_SECONDS, self._interval / 4)
+        retain_at = loop.time()
+        try:
+            while True:
+                if loop.time() >= retain_at:
+                    self.retain()
+                    retain_at = loop.time() + self._interval
+                self.tick()
+                await asyncio.sleep(pause)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def retain(self) -> None:
+        """Forget endpoints discovery no longer lists (once per interval: it walks them all,
+        unless discovery's snapshot is the very object it was last time)."""
+        services = self._discovery.services()
+        if services is self._retained:
+            return
+        self._retained = services
+        known = known_urls(self._discovery)
+        self._table.retain(known)
+        for url in [url for url in self._due if url not in known]:
+            del self._due[url]
+        self._metrics.scrape_endpoints.labels("known").set(len(known))
+
+    def tick(self) -> None:
+        """Start the scrapes that are due now (within the bound), forget the idle endpoints."""
+        now = self._clock()
+        chosen = plan(
+            self._table.reads,
+            self._due,
+            self._busy,
+            now,
+            active_seconds=self._active,
+            slots=self._concurrency - len(self._busy),
+        )
+        for url in chosen.idle:
+            self._table.forget_figures(url)
+            self._due.pop(url, None)
+        for url in chosen.start:
+            due = self._due.get(url)
+            if due is not None:  # a first scrape has no schedule to be late for
+                self._metrics.scrape_lag.observe(max(0.0, now - due))
+            self._due[url] = next_due(now, self._interval, JITTER, self._draw())
+            self._busy.add(url)
+            task = asyncio.create_task(self._scrape(url))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._metrics.scrape_endpoints.labels("active").set(len(self._table.reads))
+
+    async def _scrape(self, url: str) -> None:
+        try:
+            outcome = await self._get(url)
+        finally:
+            self._busy.discard(url)
+        self._outcomes[outcome].inc()
+
+    async def _get(self, url: str) -> str:
+        try:
+            async with asyncio.timeout(self._timeout):
+                response = await self._client.get(url + "/metrics")
+            response.raise_for_status()
+        except (TimeoutError, httpx.TimeoutException) as error:
+            log.debug("endpoint=%s scrape timed out: %r", url, error)
+            return "timeout"
+        except httpx.HTTPError as error:
+            log.debug("endpoint=%s scrape failed: %s", url, error)
+            return "failed"
+        except Exception as error:  # a URL httpx refuses, say: one endpoint's, not the loop's
+            log.warning("endpoint=%s scrape failed: %r", url, error)
+            return "failed"
+        if url in self._table.reads:  # still active: an idle endpoint keeps no figures
+            self._table.record_load(url, engine_load(response.text))
+        return "ok"

@@ -95,10 +95,21 @@ class GatewaySettings(LoopbackSettings):
     """Routing profile used for every pool (a key of `profiles`)."""
     profiles: dict[str, ProfileConfig] = Field(default_factory=lambda: dict(DEFAULT_PROFILES))
     """Routing profiles by name (JSON in the environment); the defaults are `DEFAULT_PROFILES`."""
-    scrape_interval_seconds: float = 1.0
-    """How often each engine's /metrics is read (queue depth, running requests, KV usage)."""
-    scrape_timeout_seconds: float = 0.5
-    """A scrape slower than this counts as missing; the endpoint keeps its last figures."""
+    scrape_interval_seconds: float = Field(default=1.0, gt=0)
+    """How often each active engine's /metrics is read (queue depth, running requests, KV
+    usage), ±10% so that scrapes spread out; only active endpoints are scraped."""
+    scrape_active_seconds: float = Field(default=30.0, gt=0)
+    """An endpoint is active, and scraped, while this replica's routing read its figures
+    within this many seconds: the pools it sends traffic to (every endpoint of them). An idle
+    pool costs no GET; when traffic comes back it routes on this replica's exact in-flight
+    counts until its first scrape lands (within 50 ms plus the GET)."""
+    scrape_concurrency: int = Field(default=32, ge=1)
+    """Scrapes in flight at once, over all endpoints; the due ones beyond it wait for the next
+    tick (`llmfleet_gateway_scrape_lag_seconds` shows the wait). With scrapes of ~5 ms that is
+    ~6,000 endpoints a second; scrapes that time out hold a slot for `scrape_timeout_seconds`."""
+    scrape_timeout_seconds: float = Field(default=0.5, gt=0)
+    """A scrape (the whole GET) slower than this counts as missing (outcome `timeout`); the
+    endpoint keeps its last figures."""
     metrics_stale_seconds: float = 5.0
     """Scraped figures older than this are treated as unknown (zero) by the scorers."""
     connect_timeout_seconds: float = 2.0

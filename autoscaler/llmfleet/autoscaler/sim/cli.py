@@ -78,6 +78,23 @@ def run(
         str,
         typer.Option(help="Gateway routing profile: prefix-load, least-loaded or round-robin."),
     ] = "prefix-load",
+    scrape_seconds: Annotated[
+        float,
+        typer.Option(
+            help="How old the engines' scraped figures the gateway routes on may be: refreshed "
+            "every SECONDS (the gateway's scrape interval); 0: read at the moment of routing "
+            "(idealized); inf: never (its in-flight counts only).",
+            min=0,
+        ),
+    ] = 0.0,
+    gateway_replicas: Annotated[
+        int,
+        typer.Option(
+            help="Gateway replicas the requests are spread over, each counting only its own "
+            "requests in flight.",
+            min=1,
+        ),
+    ] = 1,
     suite: Annotated[
         str | None,
         typer.Option(
@@ -122,7 +139,13 @@ def run(
         model = replace(EngineModel(), cold_start_s=cold_start)
         if itl > 0:
             model = model.for_slo(itl)
-        settings = SimSettings(slo=Slo(ttft, itl), model=model, routing=routing)
+        settings = SimSettings(
+            slo=Slo(ttft, itl),
+            model=model,
+            routing=routing,
+            scrape_s=scrape_seconds,
+            gateway_replicas=gateway_replicas,
+        )
         comparison = compare(
             trace,
             settings,

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 from llmfleet.autoscaler.sim.compare import GOAL, Comparison, PolicyMetrics, is_ours
+from llmfleet.autoscaler.sim.run import SimSettings
 
 
 def _ms(value: float) -> str:
@@ -29,10 +30,22 @@ def title(comparison: Comparison) -> str:
         f"tokens. SLO: TTFT <= {slo.ttft_ms:g} ms, ITL (TPOT) <= {slo.itl_ms:g} ms, goal "
         f">= {GOAL:g}% of requests. Engine: 8B BF16 on H100, {model.max_batched_tokens} batched "
         f"tokens, {model.max_num_seqs} seqs, cold start {model.cold_start_s:g} s, spare "
-        f"promotion {model.promote_s:g} s. Routing: {comparison.settings.routing}. "
+        f"promotion {model.promote_s:g} s. Routing: {_routing(comparison.settings)}. "
         f"Static peak = {comparison.static_replicas} replicas; "
         f"{_step(comparison)}{_prefix(comparison)}{_out_of_reach(comparison)}"
     )
+
+
+def _routing(settings: SimSettings) -> str:
+    """The routing profile, and the gateway's scraped figures and replicas where not ideal."""
+    said = settings.routing
+    if settings.scrape_s == math.inf:
+        said += ", no scraped figures (in-flight counts only)"
+    elif settings.scrape_s > 0:
+        said += f", scraped figures refreshed every {settings.scrape_s:g} s"
+    if settings.gateway_replicas > 1:
+        said += f", {settings.gateway_replicas} gateway replicas"
+    return said
 
 
 def _out_of_reach(comparison: Comparison) -> str:
@@ -219,6 +232,8 @@ def as_json(comparison: Comparison) -> dict[str, Any]:
         "durationS": round(trace.duration, 3),
         "slo": {"ttftMs": settings.slo.ttft_ms, "itlMs": settings.slo.itl_ms, "goalPct": GOAL},
         "routing": settings.routing,
+        "scrapeSeconds": _number(settings.scrape_s),  # null: never scraped
+        "gatewayReplicas": settings.gateway_replicas,
         "engine": {
             "maxBatchedTokens": settings.model.max_batched_tokens,
             "maxNumSeqs": settings.model.max_num_seqs,

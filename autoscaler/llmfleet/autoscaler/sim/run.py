@@ -3,12 +3,17 @@
 Every event first advances every engine to its time, so routing and signals see the fleet as it
 is then. Requests go through the gateway's own routing pipeline (`llmfleet.gateway.routing`, the
 `prefix-load` profile unless `SimSettings.routing` names another): candidates are the serving
-pods with their queue, running count, KV usage and in-flight requests and tokens, read at the
-moment of routing (the gateway's in-flight counts are always current; its scraped figures would
-lag by up to a scrape). A Mooncake request's prefix key is the hash of its first 512-token
-block, the span the gateway hashes (8 blocks of 256 characters, ~4 characters a token); Azure
-requests have none, so only the load scorers decide. With no pod serving the gateway holds
-requests until one is.
+pods with their queue, running count, KV usage and in-flight requests and tokens. The in-flight
+counts are the gateway's own (always current). The scraped figures (queue, running, KV) are read
+at the moment of routing when `SimSettings.scrape_s` is 0 (an idealized gateway), else taken
+from every serving pod at once every `scrape_s` seconds (so they are up to that old; a pod that
+started serving since reads as zeros, as a new endpoint does until its first scrape), or never
+(`math.inf`: in-flight counts only). With `gateway_replicas` above 1 the arrivals are spread
+over that many gateway replicas in turn, each counting only its own requests in flight (what a
+real replica knows) and routing with its own pipeline. A Mooncake request's prefix key is the
+hash of its first 512-token block, the span the gateway hashes (8 blocks of 256 characters, ~4
+characters a token); Azure requests have none, so only the load scorers decide. With no pod
+serving the gateway holds requests until one is.
 
 GPU-hours integrate the pods that exist from time 0 to the trace's last arrival (the same span
 for every policy); requests still running then are followed to the end (at most `drain_s`).
@@ -26,7 +31,7 @@ import numpy as np
 
 from llmfleet.autoscaler.sim.controller import Controller, FastPath
 from llmfleet.autoscaler.sim.engine import Recorder, Seq
-from llmfleet.autoscaler.sim.fleet import PodState, Pool
+from llmfleet.autoscaler.sim.fleet import Pod, PodState, Pool
 from llmfleet.autoscaler.sim.model import EngineModel
 from llmfleet.autoscaler.sim.observe import Meter, Observation
 from llmfleet.autoscaler.sim.traces import Trace
@@ -77,6 +82,13 @@ class SimSettings:
     seed: int = 0
     routing: str = "prefix-load"
     """The gateway routing profile requests go through (`ROUTING_PROFILES`)."""
+    scrape_s: float = 0.0
+    """Age of the engines' scraped figures the gateway routes on: refreshed every `scrape_s`
+    seconds (the gateway's `scrape_interval_seconds`, its `metrics_stale_seconds` assumed
+    longer); 0: read at the moment of routing; `math.inf`: never (in-flight counts only)."""
+    gateway_replicas: int = 1
+    """Gateway replicas the arrivals are spread over in turn; each one's in-flight counts hold
+    only its own requests."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +129,14 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     active, spares = controller.start()
     prefix = any(r.blocks for r in trace.requests)
     pool = Pool(settings.model, recorder, prefix_cache=prefix, active=active, spares=spares)
-    gateway = _Gateway(trace, pool, seed=settings.seed, profile=ROUTING_PROFILES[settings.routing])
+    gateway = Gateway(
+        trace,
+        pool,
+        seed=settings.seed,
+        profile=ROUTING_PROFILES[settings.routing],
+        scrape_s=settings.scrape_s,
+        replicas=settings.gateway_replicas,
+    )
     meter = Meter(
         recorder, rate_window_s=settings.rate_window_s, mean_window_s=settings.mean_window_s
     )
@@ -131,7 +150,7 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     next_tick, next_fast = settings.tick_s, fast.fast_interval_s if fast else math.inf
     while True:
         t_arrival = trace.requests[i].arrival if i < n else math.inf
-        now = min(t_arrival, next_tick, next_fast, pool.next_event())
+        now = min(t_arrival, next_tick, next_fast, gateway.next_scrape, pool.next_event())
         if i >= n and not gateway.held and not any(p.engine.busy for p in pool.pods):
             break
         if now > duration + settings.drain_s:
@@ -142,11 +161,11 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
         for pod in pool.pods:
             pod.engine.advance(now)
         if now == t_arrival:
-            recorder.arrival_time.append(now)
-            recorder.arrival_prompt.append(trace.requests[i].prompt_tokens)
-            recorder.arrival_output.append(trace.requests[i].output_tokens)
-            gateway.route(i, now)
+            _arrive(trace, i, now, recorder, gateway)
             i += 1
+            continue
+        if now == gateway.next_scrape:
+            gateway.scrape()
             continue
         if now == next_fast and fast is not None:
             next_fast += fast.fast_interval_s
@@ -176,6 +195,15 @@ def simulate(trace: Trace, controller: Controller, settings: SimSettings) -> Run
     )
 
 
+def _arrive(trace: Trace, index: int, now: float, recorder: Recorder, gateway: Gateway) -> None:
+    """Request `index` arrives at `now`: recorded as the frontend sees it, then routed."""
+    request = trace.requests[index]
+    recorder.arrival_time.append(now)
+    recorder.arrival_prompt.append(request.prompt_tokens)
+    recorder.arrival_output.append(request.output_tokens)
+    gateway.route(index, now)
+
+
 def _point(observation: Observation, pool: Pool) -> TimelinePoint:
     return TimelinePoint(
         observation.now,
@@ -196,19 +224,79 @@ def _fast_path(controller: Controller) -> FastPath | None:
     return None
 
 
-class _Gateway:
+class Gateway:
     """Routes each request with the gateway's pipeline; holds them while no pod serves."""
 
-    def __init__(self, trace: Trace, pool: Pool, *, seed: int, profile: RoutingProfile) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        pool: Pool,
+        *,
+        seed: int,
+        profile: RoutingProfile,
+        scrape_s: float = 0.0,
+        replicas: int = 1,
+    ) -> None:
         self.pool = pool
-        self.router = Scheduler.build(
-            list(profile.filters), profile.scorers, profile.picker, PluginOptions(seed=seed)
-        )
+        self.routers = [
+            Scheduler.build(
+                list(profile.filters), profile.scorers, profile.picker, PluginOptions(seed=seed + r)
+            )
+            for r in range(replicas)
+        ]
         self.seqs = [Seq(r) for r in trace.requests]
         self.keys = [
             stable_hash(str(r.blocks[0]).encode()) if r.blocks else None for r in trace.requests
         ]
         self.held: deque[int] = deque()
+        self.live = scrape_s == 0
+        """Scraped figures read at the moment of routing (else `figures`, from `scrape`)."""
+        self.scrape_s = scrape_s
+        self.next_scrape = scrape_s if 0 < scrape_s < math.inf else math.inf
+        """When `scrape` is due next (the replay loop calls it then)."""
+        self.figures: dict[str, tuple[float, float, float]] = {}
+        """Pod name -> (waiting, running, KV usage) at the last scrape."""
+        self.sent: list[dict[str, list[Seq]]] = [{} for _ in range(replicas)]
+        """Per replica (with more than one): pod name -> the requests it sent there that have
+        not finished (pruned when read)."""
+
+    def scrape(self) -> None:
+        """Every serving pod's figures, as one scrape of each would read them now (the engines
+        advanced to `next_scrape`); the next one is due `scrape_s` later."""
+        self.figures = {p.name: _figures(p) for p in self.pool.serving()}
+        self.next_scrape += self.scrape_s
+
+    def _in_flight(self, replica: int, pod: Pod) -> tuple[int, int]:
+        """Requests and tokens `replica` has in flight to `pod` (all of them for one replica)."""
+        if len(self.routers) == 1:
+            return pod.engine.in_flight, pod.engine.in_flight_tokens
+        sent = self.sent[replica].get(pod.name)
+        if not sent:
+            return 0, 0
+        sent[:] = [seq for seq in sent if seq.finish == math.inf]
+        return len(sent), sum(seq.tokens for seq in sent)
+
+    def candidates(self, replica: int, serving: list[Pod]) -> list[Candidate]:
+        """What gateway `replica` routes on: the serving pods' scraped figures (live, or as of
+        the last scrape) and its own in-flight counts."""
+        found = []
+        for p in serving:
+            if self.live:
+                waiting, running, kv = _figures(p)
+            else:
+                waiting, running, kv = self.figures.get(p.name, (0.0, 0.0, 0.0))
+            in_flight, tokens = self._in_flight(replica, p)
+            found.append(
+                Candidate(
+                    url=p.name,
+                    waiting=waiting,
+                    running=running,
+                    kv_usage=kv,
+                    in_flight=in_flight,
+                    in_flight_tokens=tokens,
+                )
+            )
+        return found
 
     def route(self, index: int, now: float) -> None:
         serving = self.pool.serving()
@@ -216,25 +304,24 @@ class _Gateway:
             self.held.append(index)
             return
         seq = self.seqs[index]
-        candidates = [
-            Candidate(
-                url=p.name,
-                waiting=float(len(p.engine.waiting)),
-                running=float(len(p.engine.running)),
-                kv_usage=p.engine.kv_usage,
-                in_flight=p.engine.in_flight,
-                in_flight_tokens=p.engine.in_flight_tokens,
-            )
-            for p in serving
-        ]
-        chosen = self.router.pick(RoutingRequest("sim", self.keys[index], seq.tokens), candidates)
+        replica = index % len(self.routers)
+        request = RoutingRequest("sim", self.keys[index], seq.tokens)
+        chosen = self.routers[replica].pick(request, self.candidates(replica, serving))
         assert chosen is not None
         pod = next(p for p in serving if p.name == chosen.url)
         pod.engine.add(seq, now)
+        if len(self.routers) > 1 and seq not in pod.engine.rejected:  # a refusal is no flight
+            self.sent[replica].setdefault(pod.name, []).append(seq)
 
     def flush(self, now: float) -> None:
         while self.held and self.pool.serving():
             self.route(self.held.popleft(), now)
+
+
+def _figures(pod: Pod) -> tuple[float, float, float]:
+    """What a scrape of `pod`'s engine reads now: waiting, running, KV usage."""
+    engine = pod.engine
+    return float(len(engine.waiting)), float(len(engine.running)), engine.kv_usage
 
 
 def _result(

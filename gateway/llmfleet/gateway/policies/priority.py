@@ -31,7 +31,6 @@ import logging
 from starlette.responses import Response
 
 from llmfleet.gateway.discovery import Service
-from llmfleet.gateway.endpoints import EngineLoad
 from llmfleet.gateway.errors import error_response
 from llmfleet.gateway.policies.base import Handler, PolicyDeps
 from llmfleet.gateway.policies.saturation import PoolLoad, Shares, admit, pool_load, saturation
@@ -70,14 +69,8 @@ class Admission:
 
     def _load(self, service: Service) -> PoolLoad | None:
         """The serving pool's mean load from its endpoints' fresh scraped figures."""
-        table = self.deps.table
-        now = table.clock()
-        stale = self.deps.settings.metrics_stale_seconds
-        figures: list[EngineLoad | None] = []
-        for url in service.pools[service.serving_pool].endpoints:
-            state = table.get(url)
-            figures.append(state.load if now - state.scraped_at <= stale else None)
-        return pool_load(figures)
+        endpoints = service.pools[service.serving_pool].endpoints
+        return pool_load(self.deps.table.fresh_loads(endpoints))
 
     def _cheaper(self, service: Service) -> Service | None:
         """The service degraded traffic goes to, when it exists and has endpoints."""
