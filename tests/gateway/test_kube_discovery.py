@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from llmfleet.gateway.kube_discovery import KubeDiscovery, Specs, changes, snapshot
+from llmfleet.gateway.kube_discovery import Changes, KubeDiscovery, Specs, changes, snapshot
 
 
 def service(name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -223,3 +226,84 @@ def test_a_conflict_is_logged_when_it_appears_and_when_it_ends(
         "model 'llama' is served by ns/a and ns/b; routing to the first created",
         "resolved: model 'llama' is served by ns/a and ns/b; routing to the first created",
     ]
+
+
+class WatchedFake:
+    """A lister with `changes`, as `WatchedLister` has: what the informers hold, and their
+    change callback (called from another thread, as an informer's thread calls it)."""
+
+    def __init__(self, services: list[dict[str, Any]]) -> None:
+        self.services = services
+        self.changes = Changes()
+        self.calls = 0
+
+    def __call__(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        self.calls += 1
+        return list(self.services), []
+
+    def change(self, obj: dict[str, Any]) -> None:
+        self.services.append(obj)
+        thread = threading.Thread(target=self.changes, args=(obj, None))
+        thread.start()
+        thread.join()
+
+
+async def until(condition: Callable[[], bool], what: str, deadline_s: float = 10) -> float:
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < deadline_s, f"no {what} within {deadline_s}s"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - started
+
+
+def test_a_watched_snapshot_is_rebuilt_on_a_change_and_only_then() -> None:
+    """Idle, nothing is rebuilt however many intervals pass (the cost follows changes, not
+    fleet size x time); a change is served after a wake-up, not after the next interval."""
+    lister = WatchedFake([service("a", UNIFIED)])
+    discovery = KubeDiscovery(lister, interval=0.05)
+
+    async def scenario() -> None:
+        await discovery.start()
+        await until(lambda: discovery.refreshes == 1, "first snapshot")
+        first = discovery.services()
+        await asyncio.sleep(0.5)  # ten intervals with no change
+        assert (discovery.refreshes, lister.calls) == (1, 1)
+        assert discovery.services() is first
+        lister.change(service("b", {**UNIFIED, "model": {"name": "org/b", "servedName": "b"}}))
+        await until(lambda: "b" in discovery.services(), "rebuild after the change")
+        assert discovery.refreshes == 2
+        await discovery.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_change_is_served_without_waiting_for_the_interval() -> None:
+    lister = WatchedFake([service("a", UNIFIED)])
+    discovery = KubeDiscovery(lister, interval=3600)  # only a wake-up can rebuild it
+
+    async def scenario() -> None:
+        await discovery.start()
+        await until(lambda: discovery.refreshes == 1, "first snapshot")
+        lister.change(service("b", {**UNIFIED, "model": {"name": "org/b", "servedName": "b"}}))
+        await until(lambda: "b" in discovery.services(), "rebuild after the change")
+        await discovery.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_static_lister_is_reread_every_interval() -> None:
+    calls = 0
+
+    def lister() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        nonlocal calls
+        calls += 1
+        return [service("a", UNIFIED)], []
+
+    discovery = KubeDiscovery(lister, interval=0.01)
+
+    async def scenario() -> None:
+        await discovery.start()
+        await until(lambda: calls >= 3, "three passes")
+        await discovery.stop()
+
+    asyncio.run(scenario())

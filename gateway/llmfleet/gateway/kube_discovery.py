@@ -6,11 +6,15 @@ disappears, without the gateway knowing about spares at all.
 
 `snapshot()` is pure (objects in, services out); `kubernetes_lister` keeps both kinds in memory
 by watches (`llmfleet.core.informer`: a LIST, then a WATCH resumed from its resourceVersion, a
-new LIST on 410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory every
-`interval` seconds (no API request), parsing each spec once per generation, in a worker thread,
-and swaps it in one assignment, so `services()` stays a cheap read on every request. A conflict
-(two services claiming one model name) or an invalid spec is logged when it appears and when it
-ends, not on every pass.
+new LIST on 410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory (no API
+request) when the watches saw a change: woken by the informers (`Changes`), after
+`SETTLE_SECONDS` so that a burst of events makes one rebuild, parsing each spec once per
+generation, in a worker thread, and swaps it in one assignment, so `services()` stays a cheap
+read on every request. With nothing changed nothing is rebuilt (the snapshot is a function of the
+objects alone), so an idle fleet costs no work however large; a lister without `changes` (a
+static one, in tests) is re-read every `interval` seconds instead. A conflict (two services
+claiming one model name) or an invalid spec is logged when it appears and when it ends, not on
+every pass.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from llmfleet.gateway.discovery import Pool, Role, Service, Split, index_by_name
 
 log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SETTLE_SECONDS = 0.05
+"""How long a woken discovery waits for more events before it rebuilds (one rebuild per burst)."""
 
 Lister = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 """Returns (InferenceService objects, EndpointSlice objects) as plain dicts."""
@@ -263,20 +269,42 @@ def kubernetes_lister(
         slices = functools.partial(
             discovery.list_endpoint_slice_for_all_namespaces, label_selector=selector
         )
+    changes = Changes()
     informers = [
-        client_informer(what, api, call)
+        client_informer(what, api, call, on_change=changes)
         for what, call in (("inferenceservices", services), ("endpointslices", slices))
     ]
-    return WatchedLister(informers, sync_timeout)
+    return WatchedLister(informers, sync_timeout, changes)
+
+
+class Changes:
+    """The informers' `on_change` (called from their threads): counts the changes and wakes
+    whoever waits for one (`KubeDiscovery`, on its event loop)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._wake: Callable[[], None] | None = None
+
+    def __call__(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None) -> None:
+        self.count += 1
+        wake = self._wake
+        if wake is not None:
+            wake()
+
+    def on_wake(self, wake: Callable[[], None] | None) -> None:
+        self._wake = wake
 
 
 class WatchedLister:
-    """A `Lister` over informers (started here): each call reads their memory; `stop` ends
-    their watches (`KubeDiscovery.stop` calls it)."""
+    """A `Lister` over informers (started here): each call reads their memory; `changes`
+    counts what their watches saw; `stop` ends their watches (`KubeDiscovery.stop` calls it)."""
 
-    def __init__(self, informers: list[Informer], sync_timeout: float) -> None:
+    def __init__(
+        self, informers: list[Informer], sync_timeout: float, changes: Changes | None = None
+    ) -> None:
         self._informers = informers
         self._sync_timeout = sync_timeout
+        self.changes = changes if changes is not None else Changes()
         for informer in informers:
             informer.start()
 
@@ -294,7 +322,8 @@ class WatchedLister:
 
 
 class KubeDiscovery:
-    """The `Discovery` protocol over the Kubernetes API, refreshed every `interval` seconds."""
+    """The `Discovery` protocol over the Kubernetes API, rebuilt when the watches see a change
+    (a lister without `changes`: every `interval` seconds)."""
 
     def __init__(self, lister: Lister, interval: float = 1.0) -> None:
         self._lister = lister
@@ -305,6 +334,8 @@ class KubeDiscovery:
         self._task: asyncio.Task[None] | None = None
         self._specs = Specs()
         self._problems: set[str] = set()
+        self.refreshes = 0
+        """Snapshots built so far (tests count them)."""
 
     def _discover(self) -> tuple[dict[str, Service], list[str]]:
         """One list and snapshot (in a worker thread: parsing stays off the event loop)."""
@@ -327,14 +358,43 @@ class KubeDiscovery:
         self._problems = set(problems)
         self._services, self._by_name = found, index_by_name(found)
         self._ready = True
+        self.refreshes += 1
 
     async def _loop(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except Exception as error:  # keep serving the last snapshot; say why once per pass
-                log.warning("discovery refresh failed, keeping the last snapshot: %s", error)
-            await asyncio.sleep(self._interval)
+        changes: Changes | None = getattr(self._lister, "changes", None)
+        woken = asyncio.Event()
+        if changes is not None:
+            loop = asyncio.get_running_loop()
+
+            def wake() -> None:  # from an informer's thread; none once the loop has closed
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(woken.set)
+
+            changes.on_wake(wake)
+        try:
+            while True:
+                seen = changes.count if changes is not None else None
+                failed = False
+                try:
+                    await self.refresh()
+                except Exception as error:  # keep serving the last snapshot; say why once per pass
+                    log.warning("discovery refresh failed, keeping the last snapshot: %s", error)
+                    failed = True
+                if changes is None or failed:
+                    await asyncio.sleep(self._interval)
+                    continue
+                # A change during the refresh has moved the count: rebuild at once. The wait's
+                # timeout only re-reads the count, in case a wake-up was lost.
+                while changes.count == seen:
+                    woken.clear()
+                    if changes.count != seen:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), timeout=self._interval)
+                await asyncio.sleep(SETTLE_SECONDS)
+        finally:
+            if changes is not None:
+                changes.on_wake(None)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop())

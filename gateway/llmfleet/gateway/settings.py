@@ -69,7 +69,8 @@ class GatewaySettings(LoopbackSettings):
     namespace: str | None = None
     """Discover only this namespace's services (all namespaces when unset)."""
     discovery_interval_seconds: float = Field(default=1.0, gt=0)
-    """How often Kubernetes discovery lists services and EndpointSlices."""
+    """Kubernetes discovery rebuilds its snapshot when its watches see a change; this is the
+    longest a lost wake-up delays that (it re-reads a change counter this often, nothing more)."""
     api_keys_file: Path | None = None
     """YAML mapping tenants to API keys and per-minute limits (`tenants.py`); None: no auth."""
     api_keys_secret: str | None = None
