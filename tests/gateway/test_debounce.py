@@ -291,6 +291,7 @@ def test_a_superseded_stream_ends_with_an_sse_error_event(client: str) -> None:
                 second = httpx.post(f"{server.url}{CHAT}", json=_body("two"), headers=newer)
                 with pytest.raises(openai.APIError, match="superseded by a newer request"):
                     list(stream)
+                sdk.close()  # its socket is not left to a garbage collection in a later test
             assert second.status_code == 200
             wait_for(lambda: engine.client_left.is_set() or None, 30, "the engine to see it go")
             dispatched = _metric(server.url, "llmfleet_gateway_superseded_total", when="dispatched")

@@ -30,15 +30,18 @@ def server(engines: list[str]) -> Iterator[ThreadServer]:
         yield running
 
 
-def _client(server: ThreadServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+@pytest.fixture
+def client(server: ThreadServer) -> Iterator[openai.OpenAI]:
+    """Closed after the test: its socket is not left to a garbage collection in a later one."""
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as sdk:
+        yield sdk
 
 
 MESSAGES = [{"role": "user", "content": "say hello back"}]
 
 
-def test_sync_chat(server: ThreadServer, engines: list[str]) -> None:
-    raw = _client(server).chat.completions.with_raw_response.create(
+def test_sync_chat(server: ThreadServer, engines: list[str], client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(
         model=MODEL,
         messages=MESSAGES,
         max_tokens=8,  # type: ignore[arg-type]
@@ -52,8 +55,8 @@ def test_sync_chat(server: ThreadServer, engines: list[str]) -> None:
     assert raw.headers["x-request-id"]
 
 
-def test_sync_stream_has_usage_in_last_chunk(server: ThreadServer) -> None:
-    stream = _client(server).chat.completions.create(
+def test_sync_stream_has_usage_in_last_chunk(server: ThreadServer, client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
         model=MODEL,
         messages=MESSAGES,  # type: ignore[arg-type]
         max_tokens=8,
@@ -68,8 +71,8 @@ def test_sync_stream_has_usage_in_last_chunk(server: ThreadServer) -> None:
     assert all(c.usage is None for c in chunks[:-1])
 
 
-def test_sync_completions(server: ThreadServer) -> None:
-    completion = _client(server).completions.create(model=MODEL, prompt="one two", max_tokens=4)
+def test_sync_completions(server: ThreadServer, client: openai.OpenAI) -> None:
+    completion = client.completions.create(model=MODEL, prompt="one two", max_tokens=4)
     assert completion.choices[0].text
     assert completion.usage is not None
 
@@ -103,8 +106,8 @@ def test_async_chat_and_stream(server: ThreadServer) -> None:
     assert tokens > 0
 
 
-def test_models_lists_served_names(server: ThreadServer) -> None:
-    assert [m.id for m in _client(server).models.list()] == [MODEL]
+def test_models_lists_served_names(server: ThreadServer, client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list()] == [MODEL]
 
 
 @pytest.mark.parametrize(

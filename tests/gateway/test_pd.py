@@ -38,8 +38,8 @@ def test_pd_with_simulators(sim_binary: Path) -> None:
     with (
         sims(sim_binary, MODEL, 2) as (prefill, decode),
         gateway(_service([prefill.url], [decode.url])) as server,
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0) as client,
     ):
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0)
         raw = client.chat.completions.with_raw_response.create(
             model=MODEL,
             messages=[{"role": "user", "content": "hello"}],

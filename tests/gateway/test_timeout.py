@@ -72,8 +72,10 @@ def test_a_stream_cut_by_the_timeout_ends_with_finish_reason_length(slow_sim: Si
 
 
 def test_the_openai_client_reads_a_cut_stream_without_an_error(slow_sim: Sim) -> None:
-    with gateway(_service(slow_sim.url, LimitsSpec(timeout_seconds=1.0))) as server:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+    with (
+        gateway(_service(slow_sim.url, LimitsSpec(timeout_seconds=1.0))) as server,
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0) as client,
+    ):
         stream = client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "go on"}],
@@ -110,8 +112,10 @@ def test_a_non_streaming_request_past_its_timeout_is_a_504_that_says_so(slow_sim
 
 def test_partial_answers_return_what_was_generated_in_time(slow_sim: Sim) -> None:
     limits = LimitsSpec(timeout_seconds=1.0, partial_answers=True)
-    with gateway(_service(slow_sim.url, limits)) as server:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+    with (
+        gateway(_service(slow_sim.url, limits)) as server,
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0) as client,
+    ):
         raw = client.chat.completions.with_raw_response.create(
             model=MODEL,
             messages=[{"role": "user", "content": "go on"}],
