@@ -19,10 +19,12 @@ import pytest
 from e2e.system import LocalSystem
 from tests.interrupt import stop_on_sigterm
 from tests.net import free_port, require_isolation
+from tests.session_exit import SessionExit
 
 
 def pytest_configure(config: pytest.Config) -> None:
     stop_on_sigterm()  # a killed run still stops its `llmfleet up --detach` system
+    config.pluginmanager.register(SessionExit(), "llmfleet-session-exit")  # no abort at exit
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -18,10 +18,12 @@ from llmfleet.core.cluster import build
 from tests.autoscaler.prom import Prometheus
 from tests.interrupt import stop_on_sigterm
 from tests.net import require_isolation
+from tests.session_exit import SessionExit
 
 
 def pytest_configure(config: pytest.Config) -> None:
     stop_on_sigterm()  # a killed run still stops the clusters and servers it started
+    config.pluginmanager.register(SessionExit(), "llmfleet-session-exit")  # no abort at exit
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,13 +101,27 @@ def ns_floor(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
     yield from namespace(kube, "floor")
 
 
-def autoscaler(kube: Kube, ns: str, load: ScriptedLoad) -> Autoscaler:
-    return Autoscaler(
-        AutoscalerKube(kube.api(), [ns], "llmfleet-autoscaler"),
-        load,
-        AutoscalerMetrics(),
-        profiles={MODEL: PROFILE.model_copy(update={"model": MODEL})},
-    )
+MakeAutoscaler = Callable[[str, ScriptedLoad], Autoscaler]
+
+
+@pytest.fixture
+def autoscaler(kube: Kube) -> Iterator[MakeAutoscaler]:
+    """Autoscalers in this process over a namespace, their watches stopped after the test (a
+    watch left running retries, and logs, from its thread while the interpreter finalizes)."""
+    clients: list[AutoscalerKube] = []
+
+    def make(ns: str, load: ScriptedLoad) -> Autoscaler:
+        clients.append(AutoscalerKube(kube.api(), [ns], "llmfleet-autoscaler"))
+        return Autoscaler(
+            clients[-1],
+            load,
+            AutoscalerMetrics(),
+            profiles={MODEL: PROFILE.model_copy(update={"model": MODEL})},
+        )
+
+    yield make
+    for client in clients:
+        client.stop()
 
 
 def decided(kube: Kube, ns: str, name: str) -> dict[str, Any]:
@@ -127,7 +141,7 @@ def ready(pod: dict[str, Any]) -> bool:
 
 
 def test_a_decision_promotes_a_spare_within_seconds_and_backfills_it(
-    kube: Kube, ns_promote: str
+    kube: Kube, ns_promote: str, autoscaler: MakeAutoscaler
 ) -> None:
     ns, name = ns_promote, "qwen-7b-spares"
     kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "spares.yaml"))
@@ -135,7 +149,7 @@ def test_a_decision_promotes_a_spare_within_seconds_and_backfills_it(
     kube.wait_for(lambda: sum(map(ready, pods(kube, ns))) == 2, 60, "a serving pod and a spare")
 
     load = ScriptedLoad(rate=1.0)
-    scaler = autoscaler(kube, ns, load)
+    scaler = autoscaler(ns, load)
     (first,) = scaler.run_once(datetime.now(UTC))
     assert first.written
     assert decided(kube, ns, name)["pools"]["unified"]["active"] == 1
@@ -196,14 +210,14 @@ spec:
 
 
 def test_exhausted_gpus_give_scaling_limited_not_more_pending_pods(
-    kube: Kube, ns_limited: str, a100_node: str, tmp_path: Path
+    kube: Kube, ns_limited: str, a100_node: str, tmp_path: Path, autoscaler: MakeAutoscaler
 ) -> None:
     ns, name = ns_limited, "scarce"
     kube.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=SCARCE)
     wait_ready(kube, ns, name)
 
     load = ScriptedLoad(rate=50.0)  # four replicas' worth; two A100s exist
-    scaler = autoscaler(kube, ns, load)
+    scaler = autoscaler(ns, load)
     (first,) = scaler.run_once(datetime.now(UTC))
     wanted = first.decision.pools["unified"].active
     assert wanted > 2, first.decision.pools["unified"].reason
@@ -260,7 +274,7 @@ spec:
 
 
 def test_an_unset_min_replicas_is_the_policys_floor_and_its_memory_survives_a_restart(
-    kube: Kube, ns_floor: str
+    kube: Kube, ns_floor: str, autoscaler: MakeAutoscaler
 ) -> None:
     """minReplicas unset: a load one replica serves still gets two (the policy's floor until it
     measures the pool light), and what it measured is in status.autoscaling as the API server
@@ -269,7 +283,7 @@ def test_an_unset_min_replicas_is_the_policys_floor_and_its_memory_survives_a_re
     kube.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=UNSET_FLOOR)
     wait_ready(kube, ns, name)
     load = ScriptedLoad(rate=1.0)  # one replica's worth
-    (first,) = autoscaler(kube, ns, load).run_once(datetime.now(UTC))
+    (first,) = autoscaler(ns, load).run_once(datetime.now(UTC))
     assert first.written
     stored = decided(kube, ns, name)["pools"]["unified"]
     assert stored["active"] == 2, stored["reason"]
@@ -278,7 +292,7 @@ def test_an_unset_min_replicas_is_the_policys_floor_and_its_memory_survives_a_re
     assert memory["observedSince"].endswith("Z")
     assert memory["longestLullSeconds"] == 0
 
-    (again,) = autoscaler(kube, ns, load).run_once(datetime.now(UTC))
+    (again,) = autoscaler(ns, load).run_once(datetime.now(UTC))
     assert again.decision.state.pools["unified"].observed_since == datetime.fromisoformat(
         memory["observedSince"].replace("Z", "+00:00")
     )
