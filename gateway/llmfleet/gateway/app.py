@@ -45,6 +45,7 @@ from llmfleet.gateway.gc_pauses import PauseRecorder, freeze_startup_heap
 from llmfleet.gateway.keys_reload import KeysReloader
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from llmfleet.gateway.kube_secrets import read_keys_secret
+from llmfleet.gateway.loop_lag import LoopLag
 from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.openai_request import MAX_CONTEXT_TOKENS, InvalidRequestError, capped
 from llmfleet.gateway.pd import serve_disaggregated
@@ -157,7 +158,7 @@ def create_app(
             "admin_requires_key needs API keys (api_keys_file or api_keys_secret): without "
             "them no request could read /metrics or /docs"
         )
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics(discovered=source.services)
     table = EndpointTable(
         eject_after_failures=settings.eject_after_failures,
         eject_seconds=settings.eject_seconds,
@@ -190,6 +191,7 @@ def create_app(
             frozen = freeze_startup_heap()
             log.info("froze %d start-up objects out of the garbage collector's way", frozen)
         pauses.start()
+        lag = LoopLag.started(metrics.loop_lag, metrics.loop_lag_max)
         reloading = (
             asyncio.create_task(reloader.forever(settings.api_keys_reload_seconds))
             if reloader is not None and settings.api_keys_reload_seconds > 0
@@ -203,6 +205,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await reloading
             pauses.stop()
+            await lag.stop()
             scraping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await scraping

@@ -6,10 +6,12 @@ Every series carries namespace, service, pool and model, as DESIGN.md §1 asks o
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 LABELS = ("namespace", "service", "pool", "model", "revision")
 """Labels of every per-pool series; `revision` tells a canary's requests from the stable
@@ -24,12 +26,16 @@ _OVERHEAD_BUCKETS = (
 )  # fmt: skip
 _SCRAPE_LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _GC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+_LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
 
 class GatewayMetrics:
-    def __init__(self) -> None:
+    def __init__(self, discovered: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """`discovered`: discovery's `services`, counted on each read of /metrics."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        if discovered is not None:
+            r.register(DiscoveredCollector(discovered))
         self.requests = Counter(
             "llmfleet_gateway_requests",
             "Requests by outcome (ok, client_error, upstream_error, timeout, rejected, "
@@ -90,6 +96,18 @@ class GatewayMetrics:
             "full collection only walks objects created since).",
             ("generation",),
             buckets=_GC_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "llmfleet_gateway_event_loop_lag_seconds",
+            "How late the event loop ran a timer that was due, sampled every 50 ms: what every "
+            "request waits while something holds the loop (`loop_lag`).",
+            buckets=_LOOP_LAG_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag_max = Gauge(
+            "llmfleet_gateway_event_loop_lag_max_seconds",
+            "The largest event-loop lag sampled since the gateway started.",
             registry=r,
         )
         self.retries = Counter(
@@ -274,3 +292,35 @@ class PolicyMetrics:
             (*POLICY_LABELS, "kind"),
             registry=r,
         )
+
+
+class DiscoveredCollector:
+    """What discovery's current snapshot routes to, counted when /metrics is read (no work
+    between reads): services, and serving endpoints by pool role. A change is routed as soon
+    as these move, the figure a benchmark waits on."""
+
+    def __init__(self, services: Callable[[], Mapping[str, Any]]) -> None:
+        self._services = services
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        services = self._services()
+        yield GaugeMetricFamily(
+            "llmfleet_gateway_discovered_services",
+            "Models the gateway routes to (discovery's current snapshot).",
+            value=len(services),
+        )
+        by_role: dict[str, int] = {}
+        for service in services.values():
+            for role, pool in service.pools.items():
+                by_role[role] = by_role.get(role, 0) + len(pool.endpoints)
+        endpoints = GaugeMetricFamily(
+            "llmfleet_gateway_discovered_endpoints",
+            "Serving endpoints in discovery's current snapshot, by pool role.",
+            labels=("role",),
+        )
+        for role in sorted(by_role):
+            endpoints.add_metric((role,), by_role[role])
+        yield endpoints
