@@ -94,6 +94,10 @@ class ConfidenceMethod(StrEnum):
     MIN_WINDOW_PROBABILITY = "MinWindowProbability"
 
 
+WINDOW_TOKENS = 8
+"""`cascade.windowTokens` by default (its rule refuses another value without the window's mode)."""
+
+
 class CascadeSpec(ApiModel):
     tiers: Annotated[list[CascadeTier], Field(max_length=8)] = []
     """Tiers tried in order before this service answers."""
@@ -101,7 +105,7 @@ class CascadeSpec(ApiModel):
     """How an answer's confidence is computed from its token logprobs: `MeanProbability`, the
     mean of the tokens' probabilities; `MinWindowProbability`, the lowest mean probability over
     any `windowTokens` consecutive tokens (one unsure stretch is enough to escalate)."""
-    window_tokens: Annotated[int, Field(ge=1, le=4096)] = 8
+    window_tokens: Annotated[int, Field(ge=1, le=4096)] = WINDOW_TOKENS
     """Window of `MinWindowProbability`, in tokens."""
     hard_keywords: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=64)]], Field(max_length=64)
@@ -134,13 +138,15 @@ class CascadeSpec(ApiModel):
             check=lambda c: not c.hedge or len(c.tiers) > 0,
         ),
         Rule(
-            cel="self.confidence == 'MinWindowProbability' || self.windowTokens == 8",
+            cel="self.confidence == 'MinWindowProbability' || "
+            f"self.windowTokens == {WINDOW_TOKENS}",
             message="cascade.windowTokens is the window of confidence MinWindowProbability, and "
             "cascade.confidence is MeanProbability (its default): set confidence: "
             "MinWindowProbability, or remove windowTokens",
             field_path=".windowTokens",
             check=lambda c: (
-                c.confidence == ConfidenceMethod.MIN_WINDOW_PROBABILITY or c.window_tokens == 8
+                c.confidence == ConfidenceMethod.MIN_WINDOW_PROBABILITY
+                or c.window_tokens == WINDOW_TOKENS
             ),
             ratchets=True,
         ),
@@ -272,6 +278,10 @@ class AnalysisSpec(ApiModel):
     the rollout waits (and says so in `status.canary`) instead of deciding."""
 
 
+PROGRESS_DEADLINE_SECONDS = 1800
+"""`rollout.progressDeadlineSeconds` by default (its rule refuses another value without Canary)."""
+
+
 class RolloutSpec(ApiModel):
     strategy: RolloutStrategy = RolloutStrategy.ROLLING_UPDATE
     """`RollingUpdate` replaces pods in place; `Canary` shifts traffic by steps with analysis."""
@@ -279,7 +289,7 @@ class RolloutSpec(ApiModel):
     """Canary steps, weights rising."""
     analysis: AnalysisSpec = Field(default_factory=AnalysisSpec)
     """SLO analysis that promotes or rolls back a canary."""
-    progress_deadline_seconds: Annotated[int, Field(ge=60, le=86400)] = 1800
+    progress_deadline_seconds: Annotated[int, Field(ge=60, le=86400)] = PROGRESS_DEADLINE_SECONDS
     """How long the canary's pods may take to serve a step's weight (promoting: the whole
     target) before the canary is rolled back (`CanaryProgressDeadlineExceeded`): pods that never
     turn Ready (a crash loop, no GPU left) must not hold a rollout forever. The default is the
@@ -319,13 +329,15 @@ class RolloutSpec(ApiModel):
             ratchets=True,
         ),
         Rule(
-            cel="self.strategy == 'Canary' || self.progressDeadlineSeconds == 1800",
+            cel="self.strategy == 'Canary' || "
+            f"self.progressDeadlineSeconds == {PROGRESS_DEADLINE_SECONDS}",
             message="rollout.progressDeadlineSeconds limits a canary's steps, and "
             "rollout.strategy is RollingUpdate (its default): set strategy: Canary, or remove "
             "progressDeadlineSeconds",
             field_path=".progressDeadlineSeconds",
             check=lambda r: (
-                r.strategy == RolloutStrategy.CANARY or r.progress_deadline_seconds == 1800
+                r.strategy == RolloutStrategy.CANARY
+                or r.progress_deadline_seconds == PROGRESS_DEADLINE_SECONDS
             ),
             ratchets=True,
         ),
