@@ -253,8 +253,17 @@ def test_hand_edits_to_a_child_deployment_are_put_back(kube: Kube, ns_drift: str
 
 
 def test_deleting_the_service_removes_everything_it_owns(kube: Kube, ns_delete: str) -> None:
+    """No finalizer holds the deletion (the operator's loops are its own tasks, not kopf
+    daemons, which would add one); a service made again under the same name is served again."""
     ns = ns_delete
     kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
+    wait_ready(kube, ns, "llama-8b")
+    service = kube.get("inferenceservices.llmfleet.dev/llama-8b", "-n", ns)
+    assert not service["metadata"].get("finalizers"), service["metadata"]
+    kube.kubectl("delete", "inferenceservices.llmfleet.dev/llama-8b", "-n", ns, "--timeout=60s")
+    kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
+    again = kube.get("inferenceservices.llmfleet.dev/llama-8b", "-n", ns)
+    assert again["metadata"]["uid"] != service["metadata"]["uid"]
     wait_ready(kube, ns, "llama-8b")
     kube.kubectl("delete", "inferenceservices.llmfleet.dev/llama-8b", "-n", ns, "--timeout=60s")
     kube.wait_for(
