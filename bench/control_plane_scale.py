@@ -9,13 +9,22 @@ waits until all are Ready, then counts the API server's requests over an idle wi
   checkout's environment) on the same services, in the same run and cluster.
 
     llmfleet isolated -- python bench/control_plane_scale.py --services 20 --pods-per-service 2 \\
-        [--baseline main] [--idle-seconds 60] [--resync-seconds 10] [--kubeconfig FILE]
+        [--baseline main] [--idle-seconds 60] [--resync-seconds 10] [--gateways 2] \\
+        [--changes 50] [--kubeconfig FILE]
 
-Only the operator runs (not yet the gateway replicas, the autoscaler with a Prometheus, or the
-change/restart figures of issue 28). `apiserver_request_total` has no user agent, so the
-requests are not split by component: each figure is the whole API server's, and the operator's
-share is its difference from the plain-Deployments row. The idle window should span several of
-the operator's resync periods (`--resync-seconds`, 30 s by default in production).
+With this checkout's operator, `--gateways` gateway replicas (2 by default) discover the
+services too (`_gateways.py`), and the run reports: the time until each routes to every
+endpoint, their CPU over the idle window, peak RSS and largest event-loop lag; then `--changes`
+replica changes, one at a time, timed from the patch to the operator's Deployment, to the
+EndpointSlices and to every gateway; then a gateway and the operator restarted, timed until
+they act again. Each operator's reconcile p50/p99, CPU and peak RSS are read too.
+
+Not yet: the autoscaler with a Prometheus holding the series, the gateways under request load
+(their lag is measured idle and through the changes), a split of the requests by component.
+`apiserver_request_total` has no user agent, so each request figure is the whole API server's,
+and the operator's share is its difference from the plain-Deployments row. The idle window
+should span several of the operator's resync periods (`--resync-seconds`, 30 s by default in
+production).
 """
 
 from __future__ import annotations
@@ -27,11 +36,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import yaml
-from operator_scale import count_ready_services, kubectl
+from _gateways import Replica, change_latencies, p50_p99_ms, wait_discovered
+from _support import free_port
+from operator_scale import count_ready_services, histogram_quantile, kubectl
 
 from llmfleet.core import netns
 from llmfleet.core.cluster import LocalCluster
@@ -111,13 +124,13 @@ def ready_pods(kubeconfig: Path, namespace: str) -> int:
     return out.split().count("True")
 
 
-def wait(what: str, done: object, timeout: float = 1800) -> float:
-    """Seconds until `done()` is true (checked every 2 s)."""
+def wait(what: str, done: object, timeout: float = 1800, every: float = 2) -> float:
+    """Seconds until `done()` is true (checked every `every` s)."""
     started = time.monotonic()
     while not done():  # type: ignore[operator]
         if time.monotonic() - started > timeout:
             raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(2)
+        time.sleep(every)
     return time.monotonic() - started
 
 
@@ -130,12 +143,45 @@ def checkout(commit: str, into: Path) -> Path:
     return into
 
 
-def run_operator(kubeconfig: Path, namespace: str, log: Path, resync: float,
-                 source: Path | None) -> subprocess.Popen[bytes]:  # fmt: skip
+class Operator:
+    """An operator process (this checkout's, or `source`'s) with its metrics on `port`."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path, resync: float,
+                 source: Path | None) -> None:  # fmt: skip
+        self.port = free_port()
+        self.started = time.monotonic()
+        self.process = run_operator(kubeconfig, namespace, log, resync=resync, source=source,
+                                    port=self.port)  # fmt: skip
+        self._ps = psutil.Process(self.process.pid)
+
+    def cpu_seconds(self) -> float:
+        return float(sum(self._ps.cpu_times()[:2]))
+
+    def peak_rss_mib(self) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+    def reconcile_ms(self) -> str:
+        """Its reconcile p50 / p99 [ms] so far (its own histogram)."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        name = "llmfleet_operator_reconcile_seconds"
+        p50, p99 = (histogram_quantile(text, name, q) * 1000 for q in (0.5, 0.99))
+        return f"{p50:.0f} / {p99:.0f}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def run_operator(kubeconfig: Path, namespace: str, log: Path, *, resync: float,
+                 source: Path | None, port: int) -> subprocess.Popen[bytes]:  # fmt: skip
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
-        "LLMFLEET_OPERATOR_METRICS_PORT": "0",
+        "LLMFLEET_OPERATOR_METRICS_PORT": str(port),
+        "LLMFLEET_OPERATOR_METRICS_HOST": "127.0.0.1",
         "LLMFLEET_OPERATOR_PROBE_IN_FLIGHT": "false",
         "LLMFLEET_OPERATOR_RESYNC_SECONDS": str(resync),
         "LLMFLEET_LOOPBACK_ONLY": "true",
@@ -148,10 +194,15 @@ def run_operator(kubeconfig: Path, namespace: str, log: Path, resync: float,
     )  # fmt: skip
 
 
+Rows = dict[str, dict[str, str]]
+"""Figure -> column -> value, printed under the request table."""
+
+
 def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
     count, replicas, idle = args.services, args.pods_per_service, args.idle_seconds
     columns: dict[str, dict[tuple[str, str], float]] = {}
     ready: dict[str, float] = {}
+    rows: Rows = {}
 
     kubectl(kubeconfig, "create", "namespace", "bench-plain")
     kubectl(kubeconfig, "apply", "-n", "bench-plain", "-f", "-", stdin=deployments(count, replicas))
@@ -171,25 +222,111 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
     for index, (label, source) in enumerate(variants):
         namespace = f"bench-op-{index}"
         kubectl(kubeconfig, "create", "namespace", namespace)
-        operator = run_operator(kubeconfig, namespace, workdir / f"operator-{index}.log",
-                                args.resync_seconds, source)  # fmt: skip
+        operator = Operator(kubeconfig, namespace, workdir / f"operator-{index}.log",
+                            args.resync_seconds, source)  # fmt: skip
         try:
+            time.sleep(3)
+            cpu = operator.cpu_seconds()
             kubectl(kubeconfig, "apply", "--server-side", "-n", namespace, "-f", "-",
                     stdin=services(count, replicas))  # fmt: skip
             ready[label] = wait(
                 label, lambda ns=namespace: count_ready_services(kubeconfig, ns) >= count
             )
+            figure(rows, "operator CPU until all Ready [s]", label,
+                   f"{operator.cpu_seconds() - cpu:.1f}")  # fmt: skip
+            figure(rows, "operator reconcile p50 / p99 [ms]", label, operator.reconcile_ms())
             time.sleep(5)
-            columns[label] = idle_rates(kubeconfig, idle)
+            cpu = operator.cpu_seconds()
+            if source is None and args.gateways:
+                columns[label] = with_gateways(kubeconfig, namespace, args, workdir=workdir,
+                                               rows=rows, label=label)  # fmt: skip
+            else:
+                columns[label] = idle_rates(kubeconfig, idle)
+            figure(rows, "operator CPU over the idle window [s]", label,
+                   f"{operator.cpu_seconds() - cpu:.1f}")  # fmt: skip
+            figure(rows, "operator peak RSS [MiB]", label, f"{operator.peak_rss_mib():.0f}")
+            if source is None:
+                operator = restarted(kubeconfig, namespace, operator, args=args, workdir=workdir,
+                                      rows=rows, label=label)  # fmt: skip
         finally:
-            operator.terminate()
-            operator.wait(30)
+            operator.stop()
         kubectl(kubeconfig, "delete", "namespace", namespace, "--timeout=600s")
-    report(args, columns, ready)
+    report(args, columns, ready, rows)
+
+
+def figure(rows: Rows, name: str, column: str, value: str) -> None:
+    rows.setdefault(name, {})[column] = value
+
+
+def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *, workdir: Path,
+                  rows: Rows, label: str) -> dict[tuple[str, str], float]:  # fmt: skip
+    """Start the gateway replicas; their discovery, the idle window's request rates (returned),
+    the changes, and a replica restarted."""
+    total = args.services * args.pods_per_service
+    replicas = [Replica(kubeconfig, namespace, workdir / f"gateway-{i}.log")
+                for i in range(args.gateways)]  # fmt: skip
+    each = " / ".join
+    try:
+        first = wait_discovered(replicas, args.services, total)
+        figure(rows, "gateways: started until routing to all [s]", label,
+               each(f"{t:.1f}" for t in first))  # fmt: skip
+        time.sleep(5)
+        cpu = [replica.cpu_seconds() for replica in replicas]
+        rates = idle_rates(kubeconfig, args.idle_seconds)
+        spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
+        figure(rows, "gateways: CPU over the idle window [s]", label,
+               each(f"{value:.1f}" for value in spent))  # fmt: skip
+        if args.changes:
+            print(f"{args.changes} replica changes, one at a time ...", flush=True)
+            found = change_latencies(kubeconfig, namespace, replicas, services=args.services,
+                                     pods_per_service=args.pods_per_service,
+                                     changes=args.changes)  # fmt: skip
+            links = (("operator's Deployment", found.operator), ("EndpointSlices", found.slices),
+                     ("every gateway routes it", found.gateways),
+                     ("gateway after the EndpointSlices", found.after_slices))  # fmt: skip
+            for name, values in links:
+                figure(rows, f"change -> {name}: p50 / p99 [ms]", label, p50_p99_ms(values))
+        replicas[0].stop()
+        replicas[0] = Replica(kubeconfig, namespace, workdir / "gateway-0-restarted.log")
+        (again,) = wait_discovered(replicas[:1], args.services, total)
+        figure(rows, "gateway restarted: until routing to all [s]", label, f"{again:.1f}")
+        lag = [(r.value("llmfleet_gateway_event_loop_lag_max_seconds") or 0.0) * 1000
+               for r in replicas]  # fmt: skip
+        figure(rows, "gateways: largest event-loop lag [ms] (1st restarted)", label,
+               each(f"{value:.1f}" for value in lag))  # fmt: skip
+        figure(rows, "gateways: peak RSS [MiB] (1st restarted)", label,
+               each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
+        return rates
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+
+def restarted(kubeconfig: Path, namespace: str, operator: Operator, *, args: argparse.Namespace,
+              workdir: Path, rows: Rows, label: str) -> Operator:  # fmt: skip
+    """The operator stopped and started again; a change made at its start is timed until its
+    Deployment has it."""
+    operator.stop()
+    fresh = Operator(kubeconfig, namespace, workdir / "operator-restarted.log",
+                     args.resync_seconds, None)  # fmt: skip
+    target = args.pods_per_service + 1
+    patch = f'{{"spec":{{"topology":{{"unified":{{"replicas":{target}}}}}}}}}'
+    kubectl(kubeconfig, "patch", "inferenceservices.llmfleet.dev/svc-0000", "-n", namespace,
+            "--type=merge", "-p", patch)  # fmt: skip
+
+    def acted() -> bool:
+        found = kubectl(kubeconfig, "get", "deployment/svc-0000-unified", "-n", namespace,
+                        "-o", "jsonpath={.spec.replicas}")  # fmt: skip
+        return found.strip() == str(target)
+
+    wait("the restarted operator", acted, timeout=600, every=0.1)
+    figure(rows, "operator restarted: until a change acted on [s]", label,
+           f"{time.monotonic() - fresh.started:.1f}")  # fmt: skip
+    return fresh
 
 
 def report(args: argparse.Namespace, columns: dict[str, dict[tuple[str, str], float]],
-           ready: dict[str, float]) -> None:  # fmt: skip
+           ready: dict[str, float], rows: Rows) -> None:  # fmt: skip
     names = list(columns)
     print(
         f"\n{args.services} services x {args.pods_per_service} pods, kwok nodes; idle window "
@@ -208,6 +345,11 @@ def report(args: argparse.Namespace, columns: dict[str, dict[tuple[str, str], fl
                       if (verb in WRITES) == (verbs is not None)) for name in names]  # fmt: skip
         print(f"{title:44}" + "".join(f"{total:>28.2f}" for total in totals))
     print(f"{'time until all Ready [s]':44}" + "".join(f"{ready[n]:>28.1f}" for n in names))
+    if args.gateways:
+        print(f"\n{args.gateways} gateway replicas beside this checkout's operator; "
+              f"{args.changes} changes (one service's replicas up one, then back)")  # fmt: skip
+    for name, values in rows.items():
+        print(f"{name:54}" + "".join(f"{values.get(n, '-'):>28}" for n in names))
 
 
 def main() -> None:
@@ -217,6 +359,8 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=60)
     parser.add_argument("--resync-seconds", type=float, default=10)
     parser.add_argument("--baseline", help="a commit whose operator runs beside this one")
+    parser.add_argument("--gateways", type=int, default=2, help="gateway replicas (0: none)")
+    parser.add_argument("--changes", type=int, default=50, help="replica changes to time")
     parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new one")
     args = parser.parse_args()
     problem = netns.isolation_problem()

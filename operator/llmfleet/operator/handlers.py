@@ -3,9 +3,10 @@
 Each service gets an asyncio task (`ServiceLoops`, started by kopf's watch of the services)
 that runs a reconcile pass (in a small thread pool), then sleeps until a change wakes it (to the
 service, seen by kopf's watch and by the watches that feed the passes' reads, `watched.py`; to
-one of its children or pods, seen by the latter), or the requeue delay / resync period passes. A pass that fails as a whole waits out an
-exponential back-off (or the API server's Retry-After, when it throttled the pass: `Transient`;
-no pass sleeps in its thread), cut short only by an edit of the service's spec.
+one of its children or pods, seen by the latter), or the requeue delay / resync period passes.
+A pass that fails as a whole waits out an exponential back-off (or the API server's Retry-After,
+when it throttled the pass: `Transient`; no pass sleeps in its thread), cut short only by an
+edit of the service's spec.
 """
 
 from __future__ import annotations
