@@ -281,8 +281,8 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
             found = change_latencies(kubeconfig, namespace, replicas, services=args.services,
                                      pods_per_service=args.pods_per_service,
                                      changes=args.changes)  # fmt: skip
-            links = (("operator's Deployment", found.operator), ("EndpointSlices", found.slices),
-                     ("every gateway routes it", found.gateways),
+            links = (("operator's Deployment (ups)", found.operator),
+                     ("EndpointSlices", found.slices), ("every gateway routes it", found.gateways),
                      ("gateway after the EndpointSlices", found.after_slices))  # fmt: skip
             for name, values in links:
                 figure(rows, f"change -> {name}: p50 / p99 [ms]", label, p50_p99_ms(values))
@@ -304,18 +304,19 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
 
 def restarted(kubeconfig: Path, namespace: str, operator: Operator, *, args: argparse.Namespace,
               workdir: Path, rows: Rows, label: str) -> Operator:  # fmt: skip
-    """The operator stopped and started again; a change made at its start is timed until its
-    Deployment has it."""
+    """The operator stopped and started again; a change made at its start (to the last service,
+    which the timed changes leave alone) is timed until its Deployment has it."""
     operator.stop()
     fresh = Operator(kubeconfig, namespace, workdir / "operator-restarted.log",
                      args.resync_seconds, None)  # fmt: skip
     target = args.pods_per_service + 1
     patch = f'{{"spec":{{"topology":{{"unified":{{"replicas":{target}}}}}}}}}'
-    kubectl(kubeconfig, "patch", "inferenceservices.llmfleet.dev/svc-0000", "-n", namespace,
+    last = f"svc-{args.services - 1:04d}"
+    kubectl(kubeconfig, "patch", f"inferenceservices.llmfleet.dev/{last}", "-n", namespace,
             "--type=merge", "-p", patch)  # fmt: skip
 
     def acted() -> bool:
-        found = kubectl(kubeconfig, "get", "deployment/svc-0000-unified", "-n", namespace,
+        found = kubectl(kubeconfig, "get", f"deployment/{last}-unified", "-n", namespace,
                         "-o", "jsonpath={.spec.replicas}")  # fmt: skip
         return found.strip() == str(target)
 
@@ -349,7 +350,7 @@ def report(args: argparse.Namespace, columns: dict[str, dict[tuple[str, str], fl
         print(f"\n{args.gateways} gateway replicas beside this checkout's operator; "
               f"{args.changes} changes (one service's replicas up one, then back)")  # fmt: skip
     for name, values in rows.items():
-        print(f"{name:54}" + "".join(f"{values.get(n, '-'):>28}" for n in names))
+        print(f"{name:60}" + "".join(f"{values.get(n, '-'):>28}" for n in names))
 
 
 def main() -> None:
