@@ -253,8 +253,8 @@ def test_hand_edits_to_a_child_deployment_are_put_back(kube: Kube, ns_drift: str
 
 
 def test_deleting_the_service_removes_everything_it_owns(kube: Kube, ns_delete: str) -> None:
-    """No finalizer holds the deletion (the operator's loops are its own tasks, not kopf
-    daemons, which would add one); a service made again under the same name is served again."""
+    """No finalizer holds the deletion (kopf would put one on every service with a daemon:
+    `handlers._without_finalizer`); a service made again under the same name is served again."""
     ns = ns_delete
     kube.kubectl("apply", "--server-side", "-n", ns, "-f", str(SAMPLES_DIR / "unified.yaml"))
     wait_ready(kube, ns, "llama-8b")

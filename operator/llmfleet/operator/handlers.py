@@ -1,18 +1,18 @@
 """kopf registrations (thin): one reconcile loop per InferenceService, woken by changes.
 
-Each service gets an asyncio task (`ServiceLoops`, started by kopf's watch of the services)
-that runs a reconcile pass (in a small thread pool), then sleeps until a change wakes it (to the
-service, seen by kopf's watch and by the watches that feed the passes' reads, `watched.py`; to
-one of its children or pods, seen by the latter), or the requeue delay / resync period passes.
-A pass that fails as a whole waits out an exponential back-off (or the API server's Retry-After,
-when it throttled the pass: `Transient`; no pass sleeps in its thread), cut short only by an
-edit of the service's spec.
+Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
+sleeps until a change wakes it (to the service, seen by kopf's watch and by the watches that
+feed the passes' reads, `watched.py`; to one of its children or pods, seen by the latter), or
+the requeue delay / resync period passes. A pass that fails as a whole waits out an
+exponential back-off (or the API server's Retry-After, when it throttled the pass: `Transient`;
+no pass sleeps in its thread), cut short only by an edit of the service's spec.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -76,80 +76,6 @@ class Triggers:
             await asyncio.wait_for(self.edited(namespace, name).wait(), timeout=delay)
 
 
-class ServiceLoops:
-    """One reconcile loop per InferenceService, an asyncio task on kopf's event loop: started
-    by the service's first event, woken by its triggers, ended when a pass finds the service
-    gone (or at shutdown). kopf's daemons would run the same loops, but kopf puts a finalizer on
-    every object with a daemon (it has no switch), and a finalizer blocks `kubectl delete` and
-    namespace deletion whenever the operator is down; children need none (owner references let
-    the garbage collector remove them)."""
-
-    def __init__(
-        self,
-        reconciler: Reconciler,
-        resync_seconds: float,
-        triggers: Triggers,
-        executor: ThreadPoolExecutor,
-    ) -> None:
-        self._reconciler, self._resync = reconciler, resync_seconds
-        self._triggers, self._executor = triggers, executor
-        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
-
-    def changed(self, kind: str | None, namespace: str, name: str, generation: int | None) -> None:
-        """A watch event of the service (`kind` None: kopf's initial listing): wake its loop,
-        or start one."""
-        self._triggers.fire(namespace, name, generation)
-        if (namespace, name) not in self._tasks and kind != "DELETED":
-            self._tasks[(namespace, name)] = asyncio.create_task(
-                self._run(namespace, name), name=f"reconcile {namespace}/{name}"
-            )
-
-    async def stop(self, timeout: float = 10) -> None:
-        """Cancel every loop (a pass in its thread finishes there; its loop ends at once)."""
-        running = list(self._tasks.values())
-        for task in running:
-            task.cancel()
-        if running:
-            await asyncio.wait(running, timeout=timeout)
-
-    async def _run(self, namespace: str, name: str) -> None:
-        triggers, settings = self._triggers, self._reconciler.settings
-        wake = triggers.get(namespace, name)
-        loop = asyncio.get_running_loop()
-        failures = 0  # failed passes in a row
-        try:
-            while True:
-                wake.clear()
-                triggers.edited(namespace, name).clear()
-                try:
-                    requeue = await loop.run_in_executor(
-                        self._executor, self._reconciler.reconcile, namespace, name
-                    )
-                    failures = 0
-                except Gone:
-                    # Deleted: owner references let the garbage collector finish. An event
-                    # during the pass may be a new service of the same name: look again.
-                    if not wake.is_set():
-                        return
-                    continue
-                except Exception as error:  # the pass backs off and is retried; the loop lives
-                    failures += 1
-                    delay = requeue_delay(
-                        failures, settings.retry_seconds, settings.retry_max_seconds,
-                        error.retry_after if isinstance(error, Transient) else None,
-                    )  # fmt: skip
-                    _log_failed_pass(namespace, name, error, failures, delay)
-                    await triggers.back_off(namespace, name, delay)
-                    continue
-                # A periodic resync runs the same pass, which compares every child with the
-                # object as stored (in case a watch missed a change) and writes only drift.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout=requeue or self._resync)
-        finally:
-            triggers.forget(namespace, name)
-            self._tasks.pop((namespace, name), None)
-
-
 def build_registry(
     reconciler: Reconciler, resync_seconds: float, watched: Watched, workers: int = 8
 ) -> kopf.OperatorRegistry:
@@ -158,7 +84,6 @@ def build_registry(
     # Reconcile passes are short blocking calls; a pool of our own keeps them from starving
     # kopf's executor (a thread per service would stall every handler past a few services).
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
-    loops = ServiceLoops(reconciler, resync_seconds, triggers, executor)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -179,17 +104,58 @@ def build_registry(
         watched.start(list(CHILD_KINDS))
 
     @kopf.on.cleanup(registry=registry)
-    async def shutdown(**_: Any) -> None:
-        await loops.stop()
+    def shutdown(**_: Any) -> None:
         watched.stop()
         executor.shutdown(wait=False, cancel_futures=True)
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def service_changed(
-        *, type: str | None, namespace: str | None, name: str, body: kopf.Body, **_: Any
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)
+    async def service_loop(
+        *,
+        stopped: kopf.DaemonStopped,
+        body: kopf.Body,
+        namespace: str | None,
+        name: str,
+        **_: Any,
     ) -> None:
         assert namespace is not None  # InferenceService is namespaced
-        loops.changed(type, namespace, name, body.get("metadata", {}).get("generation"))
+        wake = triggers.get(namespace, name)
+        loop = asyncio.get_running_loop()
+        settings = reconciler.settings
+        failures = 0  # failed passes in a row
+        try:
+            while not stopped:
+                wake.clear()
+                triggers.edited(namespace, name).clear()
+                try:
+                    requeue = await loop.run_in_executor(
+                        executor, reconciler.reconcile, namespace, name
+                    )
+                    failures = 0
+                except Gone:
+                    return  # deleted: owner references let the garbage collector finish
+                except Exception as error:  # the pass backs off and is retried; the loop lives
+                    failures += 1
+                    delay = requeue_delay(
+                        failures, settings.retry_seconds, settings.retry_max_seconds,
+                        error.retry_after if isinstance(error, Transient) else None,
+                    )  # fmt: skip
+                    _log_failed_pass(namespace, name, error, failures, delay)
+                    await triggers.back_off(namespace, name, delay)
+                    continue
+                # A periodic resync runs the same pass, which compares every child with the
+                # object as stored (in case a watch missed a change) and writes only drift.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout=requeue or resync_seconds)
+        finally:
+            triggers.forget(namespace, name)
+
+    _without_finalizer(registry)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def service_changed(
+        *, namespace: str | None, name: str, body: kopf.Body, **_: Any
+    ) -> None:
+        triggers.fire(namespace or "", name, body.get("metadata", {}).get("generation"))
 
     return registry
 
@@ -208,3 +174,22 @@ def _log_failed_pass(
     else:
         log.exception("reconcile of %s/%s failed (%d in a row); next try in %.0fs",
                       namespace, name, failures, delay)  # fmt: skip
+
+
+def _without_finalizer(registry: kopf.OperatorRegistry) -> None:
+    """Drop the finalizer kopf puts on every object with a daemon.
+
+    Nothing needs it: children are removed by the garbage collector through owner references,
+    and a finalizer would block `kubectl delete` (and namespace deletion) whenever the operator
+    is down or misses the deletion. kopf offers no switch, so the registered handler is
+    replaced by a copy that does not require one.
+
+    The loops stay kopf daemons for what only daemons get: kopf stops them on a replica that
+    peering pauses (a peer of higher priority came), which is what keeps two operator replicas
+    from both acting. Loops of our own, started from `kopf.on.event`, would need no finalizer
+    but would keep running on a paused replica: kopf has no public signal of the pause.
+    """
+    spawning = registry._spawning
+    spawning._handlers = [
+        dataclasses.replace(handler, requires_finalizer=False) for handler in spawning._handlers
+    ]
