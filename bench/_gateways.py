@@ -192,3 +192,25 @@ def p50_p99_ms(values: list[float]) -> str:
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
     return f"{statistics.median(ordered) * 1000:.0f} / {p99 * 1000:.0f}"
+
+
+LAG = "llmfleet_gateway_event_loop_lag_seconds"
+
+
+def lag_buckets(replica: Replica) -> dict[float, float]:
+    """The loop-lag histogram's cumulative buckets now (upper bound -> samples)."""
+    found: dict[float, float] = {}
+    for line in replica.metrics().splitlines():
+        if line.startswith(f'{LAG}_bucket{{le="'):
+            bound = line.split('le="')[1].split('"')[0]
+            found[float("inf") if bound == "+Inf" else float(bound)] = float(line.split()[-1])
+    return found
+
+
+def lag_largest(before: dict[float, float], after: dict[float, float]) -> str:
+    """The smallest bucket bound [ms] that holds every lag sampled between the two reads."""
+    total = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+    for bound in sorted(after):
+        if after[bound] - before.get(bound, 0.0) >= total:
+            return "inf" if bound == float("inf") else f"{bound * 1000:g}"
+    return "-"

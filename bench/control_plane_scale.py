@@ -42,7 +42,14 @@ from pathlib import Path
 
 import psutil
 import yaml
-from _gateways import Replica, change_latencies, p50_p99_ms, wait_discovered
+from _gateways import (
+    Replica,
+    change_latencies,
+    lag_buckets,
+    lag_largest,
+    p50_p99_ms,
+    wait_discovered,
+)
 from _support import free_port
 from operator_scale import count_ready_services, histogram_quantile, kubectl
 
@@ -278,6 +285,7 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
                each(f"{value:.1f}" for value in spent))  # fmt: skip
         if args.changes:
             print(f"{args.changes} replica changes, one at a time ...", flush=True)
+            before = [lag_buckets(r) for r in replicas]
             found = change_latencies(kubeconfig, namespace, replicas, services=args.services,
                                      pods_per_service=args.pods_per_service,
                                      changes=args.changes)  # fmt: skip
@@ -286,6 +294,9 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
                      ("gateway after the EndpointSlices", found.after_slices))  # fmt: skip
             for name, values in links:
                 figure(rows, f"change -> {name}: p50 / p99 [ms]", label, p50_p99_ms(values))
+            during = [lag_largest(before[i], lag_buckets(r)) for i, r in enumerate(replicas)]
+            figure(rows, "gateways: event-loop lag during the changes, max <= [ms]", label,
+                   each(during))  # fmt: skip
         replicas[0].stop()
         replicas[0] = Replica(kubeconfig, namespace, workdir / "gateway-0-restarted.log")
         (again,) = wait_discovered(replicas[:1], args.services, total)
@@ -373,7 +384,9 @@ def main() -> None:
             run(args.kubeconfig, args, workdir)
             return
         cluster = LocalCluster("llmfleet-bench-cp", state=workdir / "state")
-        nodes = -(-args.services * args.pods_per_service // 8) + 1
+        # Room for the changes too: a pod taken away drains (holding its GPU) for the
+        # operator's drain period while the next changes add pods.
+        nodes = -(-(args.services * args.pods_per_service + args.changes) // 8) + 1
         print(f"starting a cluster with {nodes} nodes x 8 H100 ...", flush=True)
         cluster.up(node_count=nodes, gpus_per_node=8, gpu_type="H100")
         try:
