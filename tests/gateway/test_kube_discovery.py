@@ -307,3 +307,33 @@ def test_a_static_lister_is_reread_every_interval() -> None:
         await discovery.stop()
 
     asyncio.run(scenario())
+
+
+def test_stop_ends_a_loop_that_lost_a_cancel() -> None:
+    """Python 3.11's `wait_for` can swallow a cancel (gh-86296) and the loop runs on: `stop`
+    cancels again until it ends, where awaiting the task once hung (a CI run hung there)."""
+    discovery = KubeDiscovery(lambda: ([], []), interval=0.05)
+
+    async def loses_one_cancel() -> None:
+        lost = False
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if lost:
+                    raise
+                lost = True  # as `wait_for` does when its wake-up lands with the cancel
+
+    async def scenario() -> None:
+        loop = discovery._task = asyncio.create_task(loses_one_cancel())
+        await asyncio.sleep(0.05)
+        stopping = asyncio.create_task(discovery.stop())
+        await asyncio.wait({stopping}, timeout=5)  # no cancel on timeout: a hang stays one
+        ended = stopping.done()
+        for task in (stopping, loop, loop):  # let a failed run end
+            task.cancel()
+            await asyncio.sleep(0.02)
+        assert ended, "stop() still waits on a loop that lost a cancel"
+        assert loop.cancelled()
+
+    asyncio.run(scenario())

@@ -40,6 +40,8 @@ log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 SETTLE_SECONDS = 0.05
 """How long a woken discovery waits for more events before it rebuilds (one rebuild per burst)."""
+STOP_RETRY_SECONDS = 0.1
+"""How long `stop` waits for the loop to end after a cancel before it cancels again."""
 
 Lister = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 """Returns (InferenceService objects, EndpointSlice objects) as plain dicts."""
@@ -401,7 +403,12 @@ class KubeDiscovery:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
+            # One cancel can be lost: Python 3.11's `wait_for` returns the result instead when
+            # the wake-up lands in the same loop iteration (gh-86296), and the loop runs on, so
+            # awaiting the task alone can hang a gateway's shutdown (CI saw a test hang here).
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task}, timeout=STOP_RETRY_SECONDS)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         stop = getattr(self._lister, "stop", None)
