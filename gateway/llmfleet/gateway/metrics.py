@@ -306,7 +306,10 @@ class DiscoveredCollector:
         return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        services = self._services()
+        try:
+            services = self._services()
+        except Exception:  # /metrics must answer whatever discovery does: these two go missing
+            return
         yield GaugeMetricFamily(
             "llmfleet_gateway_discovered_services",
             "Models the gateway routes to (discovery's current snapshot).",
