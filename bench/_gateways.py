@@ -34,6 +34,17 @@ POLL_SECONDS = 0.02
 CHANGE_TIMEOUT_SECONDS = 120.0
 
 
+def cpu_seconds(process: psutil.Process) -> float:
+    """User plus system CPU seconds the process has used."""
+    return float(sum(process.cpu_times()[:2]))
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory (VmHWM) in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
 class Replica:
     """`llmfleet gateway` on a free 127.0.0.1 port, discovering `namespace`."""
 
@@ -68,11 +79,10 @@ class Replica:
         return self.value('llmfleet_gateway_discovered_endpoints{role="unified"}')
 
     def cpu_seconds(self) -> float:
-        return float(sum(self._ps.cpu_times()[:2]))
+        return cpu_seconds(self._ps)
 
     def peak_rss_mib(self) -> float:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(status.split("VmHWM:")[1].split()[0]) / 1024
+        return peak_rss_mib(self.process.pid)
 
     def stop(self) -> None:
         self.process.terminate()

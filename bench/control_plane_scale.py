@@ -45,9 +45,11 @@ import yaml
 from _gateways import (
     Replica,
     change_latencies,
+    cpu_seconds,
     lag_buckets,
     lag_largest,
     p50_p99_ms,
+    peak_rss_mib,
     wait_discovered,
 )
 from _support import free_port
@@ -162,11 +164,10 @@ class Operator:
         self._ps = psutil.Process(self.process.pid)
 
     def cpu_seconds(self) -> float:
-        return float(sum(self._ps.cpu_times()[:2]))
+        return cpu_seconds(self._ps)
 
     def peak_rss_mib(self) -> float:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(status.split("VmHWM:")[1].split()[0]) / 1024
+        return peak_rss_mib(self.process.pid)
 
     def reconcile_ms(self) -> str:
         """Its reconcile p50 / p99 [ms] so far (its own histogram)."""
