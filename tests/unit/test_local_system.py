@@ -115,7 +115,8 @@ def test_link_names_are_short_stable_and_distinct() -> None:
 
 def test_only_pod_network_addresses_get_links() -> None:
     assert podnet.in_pod_network("10.0.0.9")
-    assert not podnet.in_pod_network("10.0.1.9")
+    assert podnet.in_pod_network("10.0.39.17")  # the 10,000th pod of a large fleet
+    assert not podnet.in_pod_network("10.1.0.9")
     assert not podnet.in_pod_network("127.0.0.1")
     assert not podnet.in_pod_network("not-an-ip")
     with pytest.raises(podnet.PodNetError, match="not in the pod network"):

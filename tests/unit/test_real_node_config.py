@@ -66,6 +66,7 @@ def _patches(real_node: bool) -> dict[str, dict[str, str]]:
 def test_kwok_manages_only_the_nodes_annotated_fake(real_node: bool) -> None:
     assert _patches(real_node)["kwok-controller"] == {
         "manage-all-nodes": "false",
+        "cidr": "10.0.0.0/16",
         "manage-nodes-with-annotation-selector": "kwok.x-k8s.io/node=fake",
     }
     assert _patches(real_node)["kube-apiserver"]["kubelet-preferred-address-types"] == "InternalIP"

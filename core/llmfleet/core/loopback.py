@@ -1,7 +1,7 @@
 """`LLMFLEET_LOOPBACK_ONLY`: refuse every outbound destination outside 127.0.0.0/8 and ::1.
 
 On our development and CI machines nothing may send a packet beyond loopback (the local
-cluster's pod IPs, 10.0.0.0/24, lead off the machine). With the setting on, each component's
+cluster's pod IPs, 10.0.0.0/16, lead off the machine). With the setting on, each component's
 clients ask one `LoopbackGuard` before they connect; a refused destination is one warning line
 (the first time that endpoint is refused) and one count per attempt, and the caller sees a
 connection error. Off by default: in a real cluster the engines are on pod IPs.

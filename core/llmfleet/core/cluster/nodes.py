@@ -201,13 +201,17 @@ def gpu_node(
 def _fake_node(
     name: str, labels: dict[str, str], capacity: dict[str, str], taints: list[dict[str, str]]
 ) -> dict[str, Any]:
-    """A Node kwok manages (its annotation), with its capacity all allocatable."""
+    """A Node kwok manages (its annotation), with its capacity all allocatable.
+
+    Nothing the control plane owns is set here: kube-controller-manager's TTL controller writes
+    `node.alpha.kubernetes.io/ttl` by cluster size (15 s past 100 nodes), and a value of ours would
+    make the next server-side apply of the nodes a field conflict."""
     node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {KWOK_ANNOTATION: "fake"},
             "labels": labels,
         },
         "status": {

@@ -20,9 +20,10 @@ import subprocess
 from pathlib import Path
 
 from llmfleet.core import netns
+from llmfleet.core.cluster import local
 
-POD_NETWORK = "10.0.0.0/24"
-"""kwok's default pod CIDR (its `KwokConfiguration.options.cidr`)."""
+POD_NETWORK = local.POD_NETWORK
+"""The local cluster's pod CIDR (kwok's `--cidr`)."""
 
 HOST_PREFIX = netns.POD_LINK_PREFIX
 """Names of the host ends of pod links start with this (`lfh<hash>`, at most 15 characters)."""
