@@ -28,6 +28,8 @@ from pathlib import Path
 import psutil
 from _support import free_port
 
+from llmfleet.core import loopback
+from llmfleet.core.cluster import local
 from llmfleet.core.kube import api_client
 
 POLL_SECONDS = 0.02
@@ -53,7 +55,9 @@ class Replica:
         self.log = log
         command = [str(Path(sys.executable).parent / "llmfleet"), "gateway", "--kubeconfig",
                    str(kubeconfig), "--namespace", namespace, "--port", str(self.port)]  # fmt: skip
-        env = {**os.environ, "LLMFLEET_LOOPBACK_ONLY": "true"}
+        # The pod network is allowed: it exists only in the run's namespace (_fleet_load.py).
+        env = {**os.environ, "LLMFLEET_LOOPBACK_ONLY": "true",
+               loopback.NETWORKS_ENV: local.POD_NETWORK}  # fmt: skip
         self.started = time.monotonic()
         with log.open("w") as out:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -17,6 +17,7 @@ import json
 import random
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,19 +65,21 @@ def arrivals(rate: float, seconds: float, seed: int) -> list[float]:
 
 
 async def open_loop(
-    request: Request,
+    request: Request | Sequence[Request],
     schedule: list[float],
     stream: bool,
     max_in_flight: int = 1024,
     timeout: float = 30,
 ) -> OpenLoop:
+    """`request` may be one, or one per arrival of `schedule` (in its order)."""
     result = OpenLoop()
+    requests = [request] if isinstance(request, Request) else request
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     limits = aiohttp.ClientTimeout(total=timeout)
     in_flight: set[asyncio.Task[None]] = set()
     async with aiohttp.ClientSession(connector=connector, timeout=limits) as session:
 
-        async def one(due: float, counted: bool) -> None:
+        async def one(request: Request, due: float, counted: bool) -> None:
             try:
                 async with session.post(
                     request.url, data=request.body, headers=request.headers
@@ -97,7 +100,7 @@ async def open_loop(
                     result.errors += 1
 
         begin = time.perf_counter()
-        for at in schedule:
+        for index, at in enumerate(schedule):
             due = begin + at
             delay = due - time.perf_counter()
             if delay > 0:
@@ -107,7 +110,7 @@ async def open_loop(
             if len(in_flight) >= max_in_flight:
                 result.dropped += counted
                 continue
-            task = asyncio.create_task(one(due, counted))
+            task = asyncio.create_task(one(requests[index % len(requests)], due, counted))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
             result.sent += 1

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from _fleet_load import Engine, answer_pod_ips, under_load
 from _gateways import (
     Replica,
     change_latencies,
@@ -66,6 +67,9 @@ _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 Counts = Counter[tuple[str, str]]
+SMALL_NAMESPACE = "bench-small"
+SMALL_SERVICES = 10
+"""The fleet the gateways' latency under load is compared with (the issue's "at 10 services")."""
 
 
 def requests(kubeconfig: Path) -> Counts:
@@ -155,11 +159,11 @@ def checkout(commit: str, into: Path) -> Path:
 class Operator:
     """An operator process (this checkout's, or `source`'s) with its metrics on `port`."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log: Path, resync: float,
+    def __init__(self, kubeconfig: Path, namespaces: list[str], log: Path, resync: float,
                  source: Path | None) -> None:  # fmt: skip
         self.port = free_port()
         self.started = time.monotonic()
-        self.process = run_operator(kubeconfig, namespace, log, resync=resync, source=source,
+        self.process = run_operator(kubeconfig, namespaces, log, resync=resync, source=source,
                                     port=self.port)  # fmt: skip
         self._ps = psutil.Process(self.process.pid)
 
@@ -183,7 +187,7 @@ class Operator:
         self.process.wait(30)
 
 
-def run_operator(kubeconfig: Path, namespace: str, log: Path, *, resync: float,
+def run_operator(kubeconfig: Path, namespaces: list[str], log: Path, *, resync: float,
                  source: Path | None, port: int) -> subprocess.Popen[bytes]:  # fmt: skip
     env = {
         **os.environ,
@@ -197,7 +201,8 @@ def run_operator(kubeconfig: Path, namespace: str, log: Path, *, resync: float,
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(str(source / root) for root in SOURCE_ROOTS)
     return subprocess.Popen(
-        [sys.executable, "-m", "llmfleet.core.cli", "operator", "--standalone", "-n", namespace],
+        [sys.executable, "-m", "llmfleet.core.cli", "operator", "--standalone",
+         *(f"--namespace={namespace}" for namespace in namespaces)],
         env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
 
@@ -230,7 +235,9 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
     for index, (label, source) in enumerate(variants):
         namespace = f"bench-op-{index}"
         kubectl(kubeconfig, "create", "namespace", namespace)
-        operator = Operator(kubeconfig, namespace, workdir / f"operator-{index}.log",
+        loaded = source is None and args.gateways and args.load_rate > 0
+        namespaces = [namespace, SMALL_NAMESPACE] if loaded else [namespace]
+        operator = Operator(kubeconfig, namespaces, workdir / f"operator-{index}.log",
                             args.resync_seconds, source)  # fmt: skip
         try:
             time.sleep(3)
@@ -243,6 +250,12 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
             figure(rows, "operator CPU until all Ready [s]", label,
                    f"{operator.cpu_seconds() - cpu:.1f}")  # fmt: skip
             figure(rows, "operator reconcile p50 / p99 [ms]", label, operator.reconcile_ms())
+            if loaded:  # the fleet of 10 the gateways' latency is compared with
+                kubectl(kubeconfig, "create", "namespace", SMALL_NAMESPACE)
+                kubectl(kubeconfig, "apply", "--server-side", "-n", SMALL_NAMESPACE, "-f", "-",
+                        stdin=services(SMALL_SERVICES, replicas))  # fmt: skip
+                wait("the 10 services", lambda: count_ready_services(
+                    kubeconfig, SMALL_NAMESPACE) >= SMALL_SERVICES)  # fmt: skip
             time.sleep(5)
             cpu = operator.cpu_seconds()
             if source is None and args.gateways:
@@ -284,6 +297,11 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
         figure(rows, "gateways: CPU over the idle window [s]", label,
                each(f"{value:.1f}" for value in spent))  # fmt: skip
+        if args.load_rate > 0:
+            try:
+                loaded(kubeconfig, replicas, args, workdir=workdir, rows=rows, label=label)
+            except (Exception, SystemExit) as error:  # the other figures still get reported
+                figure(rows, "under load: failed", label, repr(error)[:200])
         if args.changes:
             print(f"{args.changes} replica changes, one at a time ...", flush=True)
             before = [lag_buckets(r) for r in replicas]
@@ -314,12 +332,45 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
             replica.stop()
 
 
+def loaded(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, *,
+           workdir: Path, rows: Rows, label: str) -> None:  # fmt: skip
+    """The same open loop through the replicas of the whole fleet and through as many of
+    `SMALL_SERVICES` services, one stand-in engine behind every pod IP (_fleet_load.py)."""
+    answer_pod_ips()
+    engine = Engine(workdir / "engine.log")
+    small = [Replica(kubeconfig, SMALL_NAMESPACE, workdir / f"gateway-small-{i}.log")
+             for i in range(len(replicas))]  # fmt: skip
+    each = " / ".join
+    try:
+        wait_discovered(small, SMALL_SERVICES, SMALL_SERVICES * args.pods_per_service)
+        for name, gateways, count in (
+            ("10 services", small, SMALL_SERVICES),
+            (f"{args.services} services", replicas, args.services),
+        ):
+            models = [f"org/model-{i}" for i in range(count)]
+            print(f"{args.load_rate:.0f} req/s for {args.load_seconds:.0f} s through the "
+                  f"gateways of {name} ...", flush=True)  # fmt: skip
+            seen = under_load(gateways, models, args.load_rate, args.load_seconds)
+            where = f"under load, {name}"
+            figure(rows, f"{where}: sent", label, seen.sent())
+            figure(rows, f"{where}: latency p50 / p99 [ms]", label, seen.latency_ms())
+            figure(rows, f"{where}: event-loop lag max <= [ms]", label, each(seen.lag_max_ms))
+            figure(rows, f"{where}: gateway CPU [s]", label,
+                   each(f"{value:.1f}" for value in seen.cpu_seconds))  # fmt: skip
+            figure(rows, f"{where}: engine scrapes [/s]", label,
+                   each(f"{value / args.load_seconds:.0f}" for value in seen.scrapes))  # fmt: skip
+    finally:
+        for replica in small:
+            replica.stop()
+        engine.stop()
+
+
 def restarted(kubeconfig: Path, namespace: str, operator: Operator, *, args: argparse.Namespace,
               workdir: Path, rows: Rows, label: str) -> Operator:  # fmt: skip
     """The operator stopped and started again; a change made at its start (to the last service,
     which the timed changes leave alone) is timed until its Deployment has it."""
     operator.stop()
-    fresh = Operator(kubeconfig, namespace, workdir / "operator-restarted.log",
+    fresh = Operator(kubeconfig, [namespace], workdir / "operator-restarted.log",
                      args.resync_seconds, None)  # fmt: skip
     target = args.pods_per_service + 1
     patch = f'{{"spec":{{"topology":{{"unified":{{"replicas":{target}}}}}}}}}'
@@ -374,6 +425,13 @@ def main() -> None:
     parser.add_argument("--baseline", help="a commit whose operator runs beside this one")
     parser.add_argument("--gateways", type=int, default=2, help="gateway replicas (0: none)")
     parser.add_argument("--changes", type=int, default=50, help="replica changes to time")
+    parser.add_argument(
+        "--load-rate",
+        type=float,
+        default=600,
+        help="requests/s through the gateways (0: no load phase)",
+    )
+    parser.add_argument("--load-seconds", type=float, default=30)
     parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new one")
     args = parser.parse_args()
     problem = netns.isolation_problem()
@@ -387,7 +445,8 @@ def main() -> None:
         cluster = LocalCluster("llmfleet-bench-cp", state=workdir / "state")
         # Room for the changes too: a pod taken away drains (holding its GPU) for the
         # operator's drain period while the next changes add pods.
-        nodes = -(-(args.services * args.pods_per_service + args.changes) // 8) + 1
+        pods = (args.services + SMALL_SERVICES) * args.pods_per_service + args.changes
+        nodes = -(-pods // 8) + 1
         print(f"starting a cluster with {nodes} nodes x 8 H100 ...", flush=True)
         cluster.up(node_count=nodes, gpus_per_node=8, gpu_type="H100")
         try:

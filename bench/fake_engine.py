@@ -1,9 +1,9 @@
 """A stand-in OpenAI engine that answers in microseconds, for measuring what a proxy adds.
 
-One process serves every port it is given (one "engine" each) on 127.0.0.1, with uvloop and
-httptools on raw asyncio protocols: no framework, every answer prebuilt bytes, the request body
-never decoded (a 100,000-token prompt costs the engine only its read). It speaks enough of vLLM's
-OpenAI server for the llmfleet gateway, vllm-router and LiteLLM's proxy:
+One process serves every port it is given (one "engine" each) on 127.0.0.1 (or `--host`), with
+uvloop and httptools on raw asyncio protocols: no framework, every answer prebuilt bytes, the
+request body never decoded (a 100,000-token prompt costs the engine only its read). It speaks
+enough of vLLM's OpenAI server for the llmfleet gateway, vllm-router and LiteLLM's proxy:
 
 - `POST /v1/chat/completions`, `POST /v1/completions`: a fixed answer with `usage`; with
   `"stream": true` in the body, `--stream-chunks` SSE chunks (the first at once, then one every
@@ -226,7 +226,7 @@ class Engine(asyncio.Protocol):
         self._answer_pending()
 
 
-async def serve(ports: list[int], answers: Answers) -> None:
+async def serve(ports: list[int], answers: Answers, host: str = "127.0.0.1") -> None:
     loop = asyncio.get_running_loop()
     servers = []
     for port in ports:
@@ -234,7 +234,7 @@ async def serve(ports: list[int], answers: Answers) -> None:
         servers.append(
             await loop.create_server(
                 lambda streams=streams: Engine(answers, streams),  # type: ignore[misc]
-                "127.0.0.1",
+                host,
                 port,
                 backlog=4096,
             )
@@ -248,10 +248,15 @@ def main() -> None:
     parser.add_argument("--ports", required=True, help="comma-separated ports, one engine each")
     parser.add_argument("--stream-chunks", type=int, default=16)
     parser.add_argument("--chunk-interval-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (0.0.0.0 inside a run's own namespace only)",
+    )
     args = parser.parse_args()
     answers = Answers(args.stream_chunks, args.chunk_interval_ms / 1000)
     ports = [int(port) for port in args.ports.split(",")]
-    uvloop.run(serve(ports, answers))
+    uvloop.run(serve(ports, answers, args.host))
 
 
 if __name__ == "__main__":
