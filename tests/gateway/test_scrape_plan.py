@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Mapping
 
 import httpx
 import pytest
@@ -19,7 +18,7 @@ from starlette.routing import Route
 from llmfleet.gateway.discovery import Pool, Service, Split, StaticDiscovery
 from llmfleet.gateway.endpoints import EndpointTable, EngineLoad
 from llmfleet.gateway.metrics import GatewayMetrics
-from llmfleet.gateway.scrape_plan import ScrapePlan, next_due, plan
+from llmfleet.gateway.scrape_plan import Schedule, ScrapePlan, next_due
 from llmfleet.gateway.scraper import Scraper, known_urls
 from llmfleet.gateway.settings import GatewaySettings
 from tests.gateway.servers import ThreadServer, gateway, wait_for
@@ -29,55 +28,103 @@ NOW = 100.0
 WINDOW = 30.0
 
 
+def schedule(per_second: float = 1000.0) -> Schedule:
+    return Schedule(interval=1.0, active_seconds=WINDOW, per_second=per_second, jitter=0.0,
+                    draw=lambda: 0.5)  # fmt: skip
+
+
+def arrived(urls: list[str], at: float = NOW) -> tuple[Schedule, dict[str, float]]:
+    """A schedule whose first scrapes of `urls` started at `at`; their reads stamped then."""
+    plan = schedule()
+    plan.arrive(urls)
+    reads = dict.fromkeys(urls, at)
+    assert plan.take(reads, set(), at, slots=100).start == tuple(urls)
+    return plan, reads
+
+
 @pytest.mark.parametrize(
-    ("reads", "due", "busy", "slots", "expected"),
+    ("reads", "busy", "at", "slots", "expected"),
     [
-        pytest.param({}, {}, set(), 8, ScrapePlan(), id="no-traffic-no-scrape"),
-        pytest.param(
-            {"a": 99.0, "b": 99.0}, {}, set(), 8, ScrapePlan(("a", "b")),
-            id="first-read-scraped-at-once",
-        ),
-        pytest.param(
-            {"a": 99.0}, {"a": 100.5}, set(), 8, ScrapePlan(),
-            id="not-due-yet",
-        ),
-        pytest.param(
-            {"a": 99.0}, {"a": 100.0}, set(), 8, ScrapePlan(("a",)),
-            id="due-exactly-now",
-        ),
-        pytest.param(
-            {"a": 69.0, "b": 70.0}, {"a": 99.0, "b": 99.0}, set(), 8,
-            ScrapePlan(("b",), idle=("a",)),
-            id="read-before-the-window-is-idle",
-        ),
-        pytest.param(
-            {"a": 99.0}, {"a": 50.0}, {"a"}, 8, ScrapePlan(),
-            id="never-two-scrapes-of-one-endpoint",
-        ),
-        pytest.param(
-            {"new": 99.0, "late": 99.0, "later": 99.0, "due": 99.0},
-            {"late": 98.0, "later": 97.0, "due": 100.0},
-            set(), 3, ScrapePlan(("new", "later", "late")),
-            id="bounded-first-scrapes-then-most-overdue",
-        ),
-        pytest.param(
-            {"a": 99.0, "b": 99.0}, {}, {"x", "y"}, 0, ScrapePlan(),
-            id="no-free-slot",
-        ),
-        pytest.param(
-            {"a": 99.0}, {}, set(), -2, ScrapePlan(),
-            id="more-busy-than-the-bound",
-        ),
+        pytest.param({}, set(), NOW + 1, 8, ScrapePlan(), id="no-read-left-nothing-to-do"),
+        pytest.param({"a": NOW + 0.5, "b": NOW + 0.5}, set(), NOW + 0.9, 8, ScrapePlan(),
+                     id="not-due-yet"),
+        pytest.param({"a": NOW + 0.5, "b": NOW + 0.5}, set(), NOW + 1, 8,
+                     ScrapePlan(("a", "b"), late=(0.0, 0.0)), id="due-exactly-now"),
+        pytest.param({"a": NOW + 0.5, "b": NOW - 0.5}, set(), NOW + 1, 8,
+                     ScrapePlan(("a",), late=(0.0,)), id="cold-not-read-since-its-last-scrape"),
+        pytest.param({"a": NOW - 31, "b": NOW + 0.5}, set(), NOW + 1, 8,
+                     ScrapePlan(("b",), idle=("a",), late=(0.0,)),
+                     id="read-before-the-window-is-idle"),
+        pytest.param({"a": NOW + 0.5, "b": NOW + 0.5}, {"a"}, NOW + 1.5, 8,
+                     ScrapePlan(("b",), late=(0.5,)), id="never-two-scrapes-of-one-endpoint"),
+        pytest.param({"a": NOW + 0.5, "b": NOW + 0.5}, set(), NOW + 1, 1,
+                     ScrapePlan(("a",), late=(0.0,)), id="bounded-by-the-free-slots"),
+        pytest.param({"a": NOW + 0.5, "b": NOW + 0.5}, set(), NOW + 1, -2, ScrapePlan(),
+                     id="more-busy-than-the-bound"),
     ],
 )  # fmt: skip
-def test_plan(
-    reads: Mapping[str, float],
-    due: Mapping[str, float],
-    busy: set[str],
-    slots: int,
-    expected: ScrapePlan,
+def test_take(
+    reads: dict[str, float], busy: set[str], at: float, slots: int, expected: ScrapePlan
 ) -> None:
-    assert plan(reads, due, busy, NOW, active_seconds=WINDOW, slots=slots) == expected
+    """Two endpoints first scraped at NOW (due again at NOW + 1), then read as `reads` says."""
+    plan, _ = arrived(["a", "b"])
+    assert plan.take(reads, busy, at, slots) == expected
+
+
+def test_first_reads_go_ahead_of_the_most_overdue() -> None:
+    plan, reads = arrived(["late", "later"])
+    reads.update({"late": NOW + 0.5, "later": NOW + 0.5, "new": NOW + 2.9})
+    plan.arrive(["new"])
+    assert plan.take(reads, set(), NOW + 3, slots=2).start == ("new", "late")
+
+
+def test_a_cold_endpoint_is_scraped_at_its_first_due_time_after_a_read() -> None:
+    plan, reads = arrived(["a"])
+    for second in (1, 2, 3):  # no read: looked at once a second, never scraped
+        assert plan.take(reads, set(), NOW + second, slots=8).start == ()
+    reads["a"] = NOW + 3.2
+    assert plan.take(reads, set(), NOW + 3.5, slots=8).start == ()  # not due yet
+    assert plan.take(reads, set(), NOW + 4, slots=8).start == ("a",)
+
+
+def test_the_budget_spreads_scrapes_over_time() -> None:
+    plan = schedule(per_second=20.0)  # a burst of 2, then one every 50 ms (binary-exact times)
+    urls = [f"e{i}" for i in range(6)]
+    plan.arrive(urls)
+    reads = dict.fromkeys(urls, NOW)
+    assert plan.take(reads, set(), NOW, slots=100).start == ("e0", "e1")
+    assert plan.take(reads, set(), NOW + 0.0625, slots=100).start == ("e2",)
+    assert plan.take(reads, set(), NOW + 0.1875, slots=100).start == ("e3", "e4")
+
+
+def test_retained_endpoints_only() -> None:
+    plan, reads = arrived(["a", "b"])
+    plan.retain({"a"})
+    assert len(plan) == 1
+    reads.update({"a": NOW + 0.5, "b": NOW + 0.5})
+    assert plan.take(reads, set(), NOW + 1, slots=8).start == ("a",)
+
+
+class CountingReads(dict[str, float]):
+    looked = 0
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        CountingReads.looked += 1
+        return super().get(key, default)
+
+
+def test_a_tick_looks_only_at_what_is_due() -> None:
+    """10,000 active endpoints, one due: the tick reads one endpoint's stamp, not 10,000."""
+    urls = [f"e{i}" for i in range(10_000)]
+    plan = schedule(per_second=1e9)
+    plan.arrive(urls[:1])
+    reads = CountingReads(dict.fromkeys(urls, NOW + 0.6))
+    plan.take(reads, set(), NOW, slots=100)
+    plan.arrive(urls[1:])
+    plan.take(reads, set(), NOW + 0.5, slots=100_000)  # the rest: first scrapes
+    CountingReads.looked = 0
+    assert plan.take(reads, set(), NOW + 1.0, slots=100).start == ("e0",)
+    assert CountingReads.looked == 1
 
 
 @pytest.mark.parametrize(
@@ -134,7 +181,7 @@ async def _settle(scraper: Scraper) -> None:
     raise AssertionError("scrapes still running")
 
 
-def test_the_scraper_reads_active_pools_once_per_interval_and_forgets_idle_ones() -> None:
+def test_the_scraper_reads_read_pools_once_per_interval_and_forgets_idle_ones() -> None:
     clock = FakeClock()
     got: list[str] = []
 
@@ -161,8 +208,9 @@ def test_the_scraper_reads_active_pools_once_per_interval_and_forgets_idle_ones(
             scraper.tick()
             await _settle(scraper)
             assert sorted(got) == ["http://a-0", "http://a-1"]
-            assert table.candidates(["http://a-0"])[0].waiting == 3
-            clock.now += 0.5
+            clock.now += 0.1
+            assert table.candidates(["http://a-0", "http://a-1"])[0].waiting == 3
+            clock.now += 0.4
             scraper.tick()  # not due again yet
             await _settle(scraper)
             assert len(got) == 2
@@ -170,7 +218,11 @@ def test_the_scraper_reads_active_pools_once_per_interval_and_forgets_idle_ones(
             scraper.tick()
             await _settle(scraper)
             assert sorted(got) == ["http://a-0", "http://a-0", "http://a-1", "http://a-1"]
-            clock.now += 31  # no read since: pool a went idle
+            clock.now += 1  # no read since the last scrape: cold, not scraped again
+            scraper.tick()
+            await _settle(scraper)
+            assert len(got) == 4
+            clock.now += 30  # no read since: pool a went idle
             scraper.tick()
             await _settle(scraper)
             assert len(got) == 4
@@ -251,6 +303,7 @@ def test_a_failed_scrape_keeps_the_last_figures_and_is_counted(answer: str, outc
             await _settle(scraper)
             fail = True
             clock.now += 2
+            table.candidates(["http://a-0"])  # read since: scraped again
             scraper.tick()
             async with asyncio.timeout(10):
                 while scraper._tasks:
@@ -297,9 +350,14 @@ def test_an_idle_pool_gets_no_get_while_an_active_one_is_scraped() -> None:
         with gateway(discovery, scrape_interval_seconds=0.1) as server:
             url = f"{server.url}/v1/chat/completions"
             body = {"model": "busy", "messages": [{"role": "user", "content": "hi"}]}
-            assert httpx.post(url, json=body, timeout=10).status_code == 200
-            # Several intervals of the scraper's life, seen from the engine it does read.
-            wait_for(lambda: busy.scrapes >= 5 or None, 30, "five scrapes of the active pool")
+
+            def traffic() -> bool | None:
+                assert httpx.post(url, json=body, timeout=10).status_code == 200
+                return busy.scrapes >= 5 or None
+
+            # Several intervals of the scraper's life, with traffic to one pool all along,
+            # seen from the engine it does read.
+            wait_for(traffic, 30, "five scrapes of the pool with traffic")
             assert idle.scrapes == 0
             exposition = httpx.get(f"{server.url}/metrics", timeout=10).text
             assert 'llmfleet_gateway_scrape_endpoints{state="known"} 2.0' in exposition

@@ -57,6 +57,9 @@ class EndpointTable:
         self.reads: dict[str, float] = {}
         """Endpoint URL -> the last time routing read its figures (what the scraper serves);
         the scraper removes endpoints that went idle (`forget_figures`)."""
+        self.arrived: list[str] = []
+        """Endpoints read for the first time since they were last absent from `reads`, in
+        order; the scraper takes them (`take_arrived`) into its schedule."""
         self._eject_after = eject_after_failures
         self._eject_seconds = eject_seconds
         self._stale_seconds = stale_seconds
@@ -84,6 +87,8 @@ class EndpointTable:
         reads = self.reads
         found = []
         for url in urls:
+            if url not in reads:
+                self.arrived.append(url)
             reads[url] = now
             found.append(self.candidate(self.get(url), now))
         return found
@@ -94,11 +99,18 @@ class EndpointTable:
         now = self.clock()
         found: list[EngineLoad | None] = []
         for url in urls:
+            if url not in self.reads:
+                self.arrived.append(url)
             self.reads[url] = now
             state = self.get(url)
             fresh = now - state.scraped_at <= self._stale_seconds
             found.append(state.load if fresh else None)
         return found
+
+    def take_arrived(self) -> list[str]:
+        """The endpoints that arrived since the last call (see `arrived`)."""
+        arrived, self.arrived = self.arrived, []
+        return arrived
 
     def forget_figures(self, url: str) -> None:
         """`url` went idle: drop its read stamp and its figures, so when traffic comes back it

@@ -5,10 +5,11 @@ What routing needs, and where it comes from:
 - its own in-flight requests and tokens per endpoint: exact and free, counted by the forwarder
   (`EndpointTable.begin`/`end`), whatever the scraper does;
 - each engine's queue, running batch and KV usage: scraped here, only for endpoints routing read
-  within `scrape_active_seconds` (`scrape_plan`), each about once per `scrape_interval_seconds`,
-  with at most `scrape_concurrency` scrapes in flight. So the scraper's cost follows this
-  replica's traffic, not the fleet's size: an idle pool costs no GET, and a replica that serves
-  a few pools of a thousand scrapes those few.
+  within `scrape_active_seconds` and since their last scrape (`scrape_plan`), each at most once
+  per `scrape_interval_seconds`, with at most `scrape_concurrency` scrapes in flight and
+  `scrape_max_per_second` a second. So the scraper's cost follows this replica's traffic, not
+  the fleet's size: an idle pool costs no GET, a replica that serves a few pools of a thousand
+  scrapes those few, and a tick looks only at the endpoints due.
 
 A pool that gets its first request (or its first after `scrape_active_seconds` idle) routes on
 the in-flight counts alone until its first scrape lands (a tick, at most `TICK_SECONDS`, plus
@@ -38,7 +39,7 @@ from llmfleet.core import vllm_metrics
 from llmfleet.gateway.discovery import Discovery, Service
 from llmfleet.gateway.endpoints import Clock, EndpointTable, EngineLoad
 from llmfleet.gateway.metrics import GatewayMetrics
-from llmfleet.gateway.scrape_plan import next_due, plan
+from llmfleet.gateway.scrape_plan import Schedule
 from llmfleet.gateway.settings import GatewaySettings
 
 log = logging.getLogger("llmfleet.gateway.scraper")
@@ -114,11 +115,15 @@ class Scraper:
         self._metrics = metrics
         self._interval = settings.scrape_interval_seconds
         self._timeout = settings.scrape_timeout_seconds
-        self._active = settings.scrape_active_seconds
         self._concurrency = settings.scrape_concurrency
         self._clock = clock
-        self._draw = draw
-        self._due: dict[str, float] = {}
+        self._schedule = Schedule(
+            interval=settings.scrape_interval_seconds,
+            active_seconds=settings.scrape_active_seconds,
+            per_second=settings.scrape_max_per_second,
+            jitter=JITTER,
+            draw=draw,
+        )
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._retained: Mapping[str, Service] | None = None
@@ -151,29 +156,21 @@ class Scraper:
         self._retained = services
         known = known_urls(self._discovery)
         self._table.retain(known)
-        for url in [url for url in self._due if url not in known]:
-            del self._due[url]
+        self._schedule.retain(known)
         self._metrics.scrape_endpoints.labels("known").set(len(known))
 
     def tick(self) -> None:
-        """Start the scrapes that are due now (within the bound), forget the idle endpoints."""
+        """Start the scrapes that are due now (within the bounds), forget the idle endpoints."""
         now = self._clock()
-        chosen = plan(
-            self._table.reads,
-            self._due,
-            self._busy,
-            now,
-            active_seconds=self._active,
-            slots=self._concurrency - len(self._busy),
+        self._schedule.arrive(self._table.take_arrived())
+        chosen = self._schedule.take(
+            self._table.reads, self._busy, now, slots=self._concurrency - len(self._busy)
         )
         for url in chosen.idle:
             self._table.forget_figures(url)
-            self._due.pop(url, None)
+        for late in chosen.late:
+            self._metrics.scrape_lag.observe(max(0.0, late))
         for url in chosen.start:
-            due = self._due.get(url)
-            if due is not None:  # a first scrape has no schedule to be late for
-                self._metrics.scrape_lag.observe(max(0.0, now - due))
-            self._due[url] = next_due(now, self._interval, JITTER, self._draw())
             self._busy.add(url)
             task = asyncio.create_task(self._scrape(url))
             self._tasks.add(task)

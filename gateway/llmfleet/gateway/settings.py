@@ -108,6 +108,11 @@ class GatewaySettings(LoopbackSettings):
     """Scrapes in flight at once, over all endpoints; the due ones beyond it wait for the next
     tick (`llmfleet_gateway_scrape_lag_seconds` shows the wait). With scrapes of ~5 ms that is
     ~6,000 endpoints a second; scrapes that time out hold a slot for `scrape_timeout_seconds`."""
+    scrape_max_per_second: float = Field(default=200.0, gt=0)
+    """Scrapes a second at most, over all endpoints (a token bucket): what keeps a replica's
+    scraping to a bounded share of its CPU (~0.5 ms each) when thousands of endpoints are
+    active. Beyond it the due scrapes wait, most overdue first, and figures that age past
+    `metrics_stale_seconds` read as unknown: routing goes on its in-flight counts there."""
     scrape_timeout_seconds: float = Field(default=0.5, gt=0)
     """A scrape (the whole GET) slower than this counts as missing (outcome `timeout`); the
     endpoint keeps its last figures."""
