@@ -2,7 +2,8 @@
 
 Applies `--services` InferenceServices of `--pods-per-service` replicas on the local cluster,
 waits until all are Ready, then counts the API server's requests over an idle window (its own
-`apiserver_request_total`, by verb and resource) and reports them per second, beside:
+`apiserver_request_total`, by verb and resource; and its audit log, by component from each
+request's User-Agent, verb and resource: `_audit.py`) and reports them per second, beside:
 - the same number of plain Deployments (same pods) with no operator, in the same run: what the
   control plane itself (controllers, kwok) costs while idle;
 - with `--baseline COMMIT`, the operator of that commit (run from `git archive` of it, on this
@@ -20,9 +21,9 @@ EndpointSlices and to every gateway; then a gateway and the operator restarted, 
 they act again. Each operator's reconcile p50/p99, CPU and peak RSS are read too.
 
 Not yet: the autoscaler with a Prometheus holding the series, the gateways under request load
-(their lag is measured idle and through the changes), a split of the requests by component.
-`apiserver_request_total` has no user agent, so each request figure is the whole API server's,
-and the operator's share is its difference from the plain-Deployments row. The idle window
+(their lag is measured idle and through the changes). `apiserver_request_total` has no user
+agent, so its table is the whole API server's; the by-component table splits it (a cluster given
+with `--kubeconfig` has no audit log we can read: that table is left out). The idle window
 should span several of the operator's resync periods (`--resync-seconds`, 30 s by default in
 production).
 """
@@ -40,6 +41,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import _audit
 import psutil
 import yaml
 from _fleet_load import Engine, answer_pod_ips, under_load
@@ -70,6 +72,8 @@ Counts = Counter[tuple[str, str]]
 SMALL_NAMESPACE = "bench-small"
 SMALL_SERVICES = 10
 """The fleet the gateways' latency under load is compared with (the issue's "at 10 services")."""
+IDLE_WINDOWS: list[tuple[float, float]] = []
+"""Each `idle_rates` window in wall-clock time, in the order of the report's columns."""
 
 
 def requests(kubeconfig: Path) -> Counts:
@@ -89,9 +93,10 @@ def requests(kubeconfig: Path) -> Counts:
 
 def idle_rates(kubeconfig: Path, seconds: float) -> dict[tuple[str, str], float]:
     """Requests per second by (verb, resource) over `seconds` of nothing being changed."""
-    before, started = requests(kubeconfig), time.monotonic()
+    before, started, wall = requests(kubeconfig), time.monotonic(), time.time()
     time.sleep(seconds)
     after, elapsed = requests(kubeconfig), time.monotonic() - started
+    IDLE_WINDOWS.append((wall, wall + elapsed))
     # The benchmark's own reads of /metrics are not the fleet's.
     return {
         key: (after[key] - before[key]) / elapsed
@@ -318,7 +323,8 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
                    each(during))  # fmt: skip
         replicas[0].stop()
         replicas[0] = Replica(kubeconfig, namespace, workdir / "gateway-0-restarted.log")
-        (again,) = wait_discovered(replicas[:1], args.services, total)
+        # An odd number of changes leaves the last one's pod added (`change_latencies`).
+        (again,) = wait_discovered(replicas[:1], args.services, total + args.changes % 2)
         figure(rows, "gateway restarted: until routing to all [s]", label, f"{again:.1f}")
         lag = [(r.value("llmfleet_gateway_event_loop_lag_max_seconds") or 0.0) * 1000
                for r in replicas]  # fmt: skip
@@ -414,6 +420,7 @@ def report(args: argparse.Namespace, columns: dict[str, dict[tuple[str, str], fl
               f"{args.changes} changes (one service's replicas up one, then back)")  # fmt: skip
     for name, values in rows.items():
         print(f"{name:60}" + "".join(f"{values.get(n, '-'):>28}" for n in names))
+    print(*_audit.section(args.audit_log, dict(zip(names, IDLE_WINDOWS, strict=True))), sep="\n")
 
 
 def main() -> None:
@@ -440,6 +447,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         if args.kubeconfig:
+            args.audit_log = None
             run(args.kubeconfig, args, workdir)
             return
         cluster = LocalCluster("llmfleet-bench-cp", state=workdir / "state")
@@ -448,7 +456,8 @@ def main() -> None:
         pods = (args.services + SMALL_SERVICES) * args.pods_per_service + args.changes
         nodes = -(-pods // 8) + 1
         print(f"starting a cluster with {nodes} nodes x 8 H100 ...", flush=True)
-        cluster.up(node_count=nodes, gpus_per_node=8, gpu_type="H100")
+        cluster.up(node_count=nodes, gpus_per_node=8, gpu_type="H100", audit_log=True)
+        args.audit_log = cluster.audit_log
         try:
             run(cluster.kubeconfig, args, workdir)
         finally:

@@ -101,7 +101,7 @@ def run(
     if settings.metrics_port and not once:
         start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
     kube = Kube(
-        connect(str(kubeconfig) if kubeconfig else None),
+        connect(str(kubeconfig) if kubeconfig else None, component="autoscaler"),
         settings.namespaces,
         settings.field_manager,
     )

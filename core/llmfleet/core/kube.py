@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from importlib.metadata import version
 from pathlib import Path
 
 from kubernetes import client, config
@@ -13,8 +14,16 @@ from llmfleet.core.errors import UserError
 GET_A_CLUSTER = '`llmfleet cluster up` starts a local one; then `eval "$(llmfleet cluster env)"`'
 
 
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client for `kubeconfig`, else the in-cluster config, else `$KUBECONFIG`/~/.kube/config.
+def user_agent(component: str) -> str:
+    """What `component` (operator, gateway, autoscaler) says it is in each request's User-Agent:
+    `llmfleet-<component>/<version>`, so the API server's audit log tells the components apart
+    (the Kubernetes client's own `OpenAPI-Generator/…` is the same for all of them)."""
+    return f"llmfleet-{component}/{version('llmfleet')}"
+
+
+def api_client(kubeconfig: str | None = None, *, component: str | None = None) -> client.ApiClient:
+    """A client for `kubeconfig`, else the in-cluster config, else `$KUBECONFIG`/~/.kube/config;
+    with `component`, its requests carry `user_agent(component)`.
 
     Raises `kubernetes.config.ConfigException` when none of them is there, and
     `loopback.NonLocalRefused` when `LLMFLEET_LOOPBACK_ONLY` is on and the API server is not on
@@ -28,6 +37,8 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config()  # type: ignore[no-untyped-call]
         api = client.ApiClient()
+    if component is not None:
+        api.user_agent = user_agent(component)
     loopback.LoopbackGuard(loopback.enabled()).check_url(api.configuration.host, "kubernetes")
     return api
 
@@ -36,11 +47,11 @@ class NoKubeconfig(UserError):
     """No usable Kubernetes configuration, said in one line with where it was looked for."""
 
 
-def connect(kubeconfig: str | None = None) -> client.ApiClient:
+def connect(kubeconfig: str | None = None, *, component: str | None = None) -> client.ApiClient:
     """`api_client` for commands a person starts: a missing or unreadable configuration is a
     `NoKubeconfig` naming the file it looked at, instead of the client's traceback."""
     try:
-        return api_client(kubeconfig)
+        return api_client(kubeconfig, component=component)
     except loopback.NonLocalRefused as error:
         raise NoKubeconfig(f"cannot use the Kubernetes API server: {error}") from None
     except Exception as error:

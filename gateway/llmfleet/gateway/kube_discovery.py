@@ -256,7 +256,7 @@ def kubernetes_lister(
 
     from llmfleet.core.kube import api_client  # noqa: PLC0415
 
-    api = api_client(kubeconfig)
+    api = api_client(kubeconfig, component="gateway")
     custom, discovery = client.CustomObjectsApi(api), client.DiscoveryV1Api(api)
     selector = f"{L.MANAGED_BY}={L.MANAGED_BY_VALUE}"
     if namespace:

@@ -20,7 +20,8 @@ def read_keys_secret(reference: str, kubeconfig: str | None = None) -> str:
     if not namespace or not name:
         raise TenantsError(f"--api-keys-secret must be NAMESPACE/NAME, got {reference!r}")
     try:
-        secret = client.CoreV1Api(api_client(kubeconfig)).read_namespaced_secret(name, namespace)
+        api = client.CoreV1Api(api_client(kubeconfig, component="gateway"))
+        secret = api.read_namespaced_secret(name, namespace)
     except (ApiException, config.ConfigException) as error:
         reason = getattr(error, "reason", None) or error
         raise TenantsError(f"cannot read Secret {reference}: {reason}") from None

@@ -110,7 +110,7 @@ def serve(
         raise typer.BadParameter(
             "namespace patterns need --standalone: peering objects live in named namespaces"
         )
-    api = connect()
+    api = connect(component="operator")
     if not standalone:
         ensure_peering(api, peering_name, namespaces)
     metrics = OperatorMetrics()

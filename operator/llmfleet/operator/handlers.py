@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from llmfleet.crds import GROUP, PLURAL, VERSION
 from llmfleet.operator.failures import requeue_delay
 from llmfleet.operator.kube import CHILD_KINDS, Transient, api_message
+from llmfleet.operator.login import login
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.watched import Watched
 
@@ -85,9 +86,7 @@ def build_registry(
     # kopf's executor (a thread per service would stall every handler past a few services).
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
 
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_via_client(**kwargs)
+    kopf.on.login(registry=registry)(login)
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:

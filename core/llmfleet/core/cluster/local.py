@@ -2,8 +2,9 @@
 
 State lives in `<state>/clusters/<name>/` (`$LLMFLEET_STATE_DIR`, else `~/.local/state/llmfleet`):
 `kubeconfig` (the one file users point KUBECONFIG at), `kwokctl.yaml` (the configuration we
-generate), `kwok/` (kwokctl's work dir: pids, logs, certificates) and `cluster.json` (how it was
-started). `~/.kube/config` is never read or written.
+generate), `kwok/` (kwokctl's work dir: pids, logs, certificates), `cluster.json` (how it was
+started) and, when asked for, `audit/` (the API server's audit policy and log).
+`~/.kube/config` is never read or written.
 """
 
 from __future__ import annotations
@@ -45,6 +46,19 @@ FAKE_NODE_TAINT = {"key": "llmfleet.dev/fake-node", "value": "true", "effect": "
 """With a real node, kwok's nodes carry this: a pod goes to a fake node only when it does not
 fit the real one (the scheduler's taint score outweighs its resource scores)."""
 
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    # One event per request, when its response is complete (and one for a watch's start).
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+"""Every request at level Metadata: who (user, user agent), verb, resource, status; no bodies."""
+AUDIT_LOG_MAX_MB = 200
+AUDIT_LOG_BACKUPS = 4
+"""The audit log rotates at `AUDIT_LOG_MAX_MB` and keeps `AUDIT_LOG_BACKUPS` old files beside it
+(`audit-<time>.log`): at most 1 GB however long the cluster runs."""
+
 Step = Callable[[str], None]
 
 
@@ -65,6 +79,8 @@ class ClusterSpec:
     pod Ready at once."""
     real_node: bool = False
     """A real node (kubelet, containerd, runc; realnode.py) runs next to the fake ones."""
+    audit_log: bool = False
+    """The API server writes an audit log (`AUDIT_POLICY`; `LocalCluster.audit_log`)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self)) + "\n"
@@ -84,6 +100,7 @@ class ClusterSpec:
             port=data["port"],
             runner_owns_engines=data.get("runner_owns_engines", False),
             real_node=data.get("real_node", False),
+            audit_log=data.get("audit_log", False),
         )
 
 
@@ -126,24 +143,32 @@ def free_port() -> int:
 
 
 def kwokctl_documents(
-    spec: ClusterSpec, binaries: dict[str, Path], pki: Path | None = None
-) -> list[dict[str, Any]]:
+    spec: ClusterSpec, binaries: dict[str, Path], pki: Path | None = None,
+    audit: Path | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """kwokctl's configuration file: the KwokctlConfiguration and our kwok Stages (pure)."""
     return [
-        kwokctl_config(spec, binaries, pki),
+        kwokctl_config(spec, binaries, pki, audit),
         *stages.stages(runner_owns_engines=spec.runner_owns_engines),
     ]
 
 
 def kwokctl_config(
-    spec: ClusterSpec, binaries: dict[str, Path], pki: Path | None = None
-) -> dict[str, Any]:
+    spec: ClusterSpec, binaries: dict[str, Path], pki: Path | None = None,
+    audit: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The KwokctlConfiguration: local binaries only, every component on 127.0.0.1 (pure).
 
     With a real node the API server also listens on the namespace's own address (pods reach it
     there through the `kubernetes` Service), its certificate names that address and the Service's,
     and it authenticates to the kubelet with the cluster's client certificate (`pki`: kwokctl's
-    directory of it). kwok manages only the nodes annotated as fake, never the real one."""
+    directory of it). kwok manages only the nodes annotated as fake, never the real one.
+
+    With `spec.audit_log` the API server audits every request into `audit/audit.log` (`audit`:
+    that directory, where `policy.yaml` holds `AUDIT_POLICY`), rotated at `AUDIT_LOG_MAX_MB`.
+    NOTE: kwokctl's own `kubeAuditPolicy` option passes the same two flags (its binary runtime
+    hands host paths through unchanged) but puts the log in its work dir and bounds nothing; the
+    flags here keep the policy, the log and its bound in one place."""
     apiserver_args = [
         # Pods that request nvidia.com/gpu get the toleration for the GPU taint.
         {"key": "enable-admission-plugins", "value": "ExtendedResourceToleration"},
@@ -160,6 +185,15 @@ def kwokctl_config(
             {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
         ]
         options["kubeApiserverCertSANs"] = [SERVICE_IP, netns.ADVERTISE_ADDRESS]
+    if spec.audit_log:
+        assert audit is not None, "an audit log needs the cluster's audit directory"
+        apiserver_args += [
+            {"key": "audit-policy-file", "value": str(audit / "policy.yaml")},
+            {"key": "audit-log-path", "value": str(audit / "audit.log")},
+            {"key": "audit-log-format", "value": "json"},
+            {"key": "audit-log-maxsize", "value": str(AUDIT_LOG_MAX_MB)},
+            {"key": "audit-log-maxbackup", "value": str(AUDIT_LOG_BACKUPS)},
+        ]
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -208,6 +242,10 @@ class LocalCluster:
         self.dir = (state or state_root()) / "clusters" / name
         self.kubeconfig = self.dir / "kubeconfig"
         self.workdir = self.dir / "kwok"
+        self.audit_dir = self.dir / "audit"
+        self.audit_log = self.audit_dir / "audit.log"
+        """The API server's audit log (JSON lines), when the cluster was started with
+        `audit_log`; rotated copies lie beside it (`AUDIT_LOG_MAX_MB`)."""
 
     # -- paths and small helpers -------------------------------------------------------------
 
@@ -300,6 +338,7 @@ class LocalCluster:
         real_node: bool = False,
         real_node_images: Sequence[Path] = (),
         real_node_gpus: NodePool | None = None,
+        audit_log: bool = False,
         step: Step = lambda _: None,
         build_progress: build.Progress | None = None,
     ) -> ClusterSpec:
@@ -314,6 +353,9 @@ class LocalCluster:
         first pool's type); the fake nodes then carry `FAKE_NODE_TAINT`. Where this host cannot
         run a real node, `step` says why in one line and the cluster comes up without it
         (`ClusterSpec.real_node` says which happened).
+
+        `audit_log` has the API server audit every request into `self.audit_log` (off by
+        default: each request then costs a line of JSON on disk).
         """
         chosen = nodes.choose_pools(pools, node_count, gpu_type, gpus_per_node)
         node_manifests = nodes.pool_nodes(chosen)
@@ -344,12 +386,16 @@ class LocalCluster:
             build.ensure_tools(tools, progress=build_progress)
 
         spec = ClusterSpec(
-            self.name, chosen, port or free_port(), runner_owns_engines, real_node=real_node
-        )
+            self.name, chosen, port or free_port(), runner_owns_engines, real_node=real_node,
+            audit_log=audit_log,
+        )  # fmt: skip
         self._clean_stale_state()
         self.dir.mkdir(parents=True, exist_ok=True)
         config_path = self.dir / "kwokctl.yaml"
-        documents = kwokctl_documents(spec, self.binaries(), self._pki)
+        documents = kwokctl_documents(spec, self.binaries(), self._pki, self.audit_dir)
+        if audit_log:
+            self.audit_dir.mkdir()
+            (self.audit_dir / "policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         config_path.write_text(yaml.safe_dump_all(documents))
         self._spec_file.write_text(spec.to_json())
 
