@@ -37,6 +37,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmfleet.core.loopback import LoopbackGuard, guarded
+from llmfleet.core.tasks import cancel_and_wait
 from llmfleet.gateway import openai_request
 from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery, for_session
 from llmfleet.gateway.endpoints import Clock, EndpointTable
@@ -200,15 +201,10 @@ def create_app(
         try:
             yield
         finally:
-            if reloading is not None:
-                reloading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reloading
+            await cancel_and_wait(reloading)
             pauses.stop()
             await lag.stop()
-            scraping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await scraping
+            await cancel_and_wait(scraping)
             await source.stop()
             await upstream.aclose()
             await scrape_client.aclose()

@@ -30,6 +30,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from llmfleet.core.informer import Informer, client_informer
+from llmfleet.core.tasks import cancel_and_wait
 from llmfleet.crds import GROUP, PLURAL, VERSION, InferenceService
 from llmfleet.crds import labels as L
 from llmfleet.crds.claims import claim_order
@@ -40,8 +41,6 @@ log = logging.getLogger("llmfleet.gateway.discovery")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 SETTLE_SECONDS = 0.05
 """How long a woken discovery waits for more events before it rebuilds (one rebuild per burst)."""
-STOP_RETRY_SECONDS = 0.1
-"""How long `stop` waits for the loop to end after a cancel before it cancels again."""
 
 Lister = Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 """Returns (InferenceService objects, EndpointSlice objects) as plain dicts."""
@@ -402,15 +401,8 @@ class KubeDiscovery:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            # One cancel can be lost: Python 3.11's `wait_for` returns the result instead when
-            # the wake-up lands in the same loop iteration (gh-86296), and the loop runs on, so
-            # awaiting the task alone can hang a gateway's shutdown (CI saw a test hang here).
-            while not self._task.done():
-                self._task.cancel()
-                await asyncio.wait({self._task}, timeout=STOP_RETRY_SECONDS)
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        # The loop waits in `wait_for`, which can swallow one cancel (`core/tasks.py`).
+        await cancel_and_wait(self._task)
         stop = getattr(self._lister, "stop", None)
         if stop is not None:
             stop()  # a WatchedLister's watches end at once (`Informer.stop`)

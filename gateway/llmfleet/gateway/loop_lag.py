@@ -11,8 +11,9 @@ alert compares to its bound.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
+
+from llmfleet.core.tasks import cancel_and_wait
 
 TICK_SECONDS = 0.05
 """How often the loop is sampled: a hold shorter than this can fall between two samples."""
@@ -49,8 +50,5 @@ class LoopLag:
         return lag
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
