@@ -42,6 +42,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from _autoscaler import figures as autoscaler_figures
 from _gateways import (
     Replica,
     change_latencies,
@@ -256,6 +257,10 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
             if source is None:
                 operator = restarted(kubeconfig, namespace, operator, args=args, workdir=workdir,
                                       rows=rows, label=label)  # fmt: skip
+            if source is None and args.autoscaler:
+                found = autoscaler_figures(kubeconfig, namespace, args, workdir / "autoscaler")
+                for name, value in found:
+                    figure(rows, name, label, value)
         finally:
             operator.stop()
         kubectl(kubeconfig, "delete", "namespace", namespace, "--timeout=600s")
@@ -374,6 +379,12 @@ def main() -> None:
     parser.add_argument("--baseline", help="a commit whose operator runs beside this one")
     parser.add_argument("--gateways", type=int, default=2, help="gateway replicas (0: none)")
     parser.add_argument("--changes", type=int, default=50, help="replica changes to time")
+    parser.add_argument(
+        "--autoscaler",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the autoscaler with a Prometheus holding the series (_autoscaler.py)",
+    )
     parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new one")
     args = parser.parse_args()
     problem = netns.isolation_problem()
