@@ -10,7 +10,7 @@ waits until all are Ready, then counts the API server's requests over an idle wi
 
     llmfleet isolated -- python bench/control_plane_scale.py --services 20 --pods-per-service 2 \\
         [--baseline main] [--idle-seconds 60] [--resync-seconds 10] [--gateways 2] \\
-        [--changes 50] [--kubeconfig FILE]
+        [--changes 50] [--no-autoscaler] [--kubeconfig FILE]
 
 With this checkout's operator, `--gateways` gateway replicas (2 by default) discover the
 services too (`_gateways.py`), and the run reports: the time until each routes to every
@@ -19,8 +19,15 @@ replica changes, one at a time, timed from the patch to the operator's Deploymen
 EndpointSlices and to every gateway; then a gateway and the operator restarted, timed until
 they act again. Each operator's reconcile p50/p99, CPU and peak RSS are read too.
 
-Not yet: the autoscaler with a Prometheus holding the series, the gateways under request load
-(their lag is measured idle and through the changes), a split of the requests by component.
+Then, unless `--no-autoscaler`, autoscaling is turned on for every service (bounded to its
+pods, so the pod counts stay) and `llmfleet autoscaler` runs against a Prometheus that scrapes
+one stand-in exporter serving every pod's vLLM-style series (`_autoscaler.py`,
+`_fleet_metrics.py`): its full and fast pass p50/p99/max, Prometheus queries per pass, errors,
+CPU and peak RSS over the idle window (at least 60 s), and after a restart the time until its
+first pass is done.
+
+Not yet: the gateways under request load (their lag is measured idle and through the changes),
+a split of the requests by component.
 `apiserver_request_total` has no user agent, so each request figure is the whole API server's,
 and the operator's share is its difference from the plain-Deployments row. The idle window
 should span several of the operator's resync periods (`--resync-seconds`, 30 s by default in
