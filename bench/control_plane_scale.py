@@ -312,7 +312,8 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
                    each(during))  # fmt: skip
         replicas[0].stop()
         replicas[0] = Replica(kubeconfig, namespace, workdir / "gateway-0-restarted.log")
-        (again,) = wait_discovered(replicas[:1], args.services, total)
+        # An odd number of changes ends on one up: that service keeps its added pod.
+        (again,) = wait_discovered(replicas[:1], args.services, total + args.changes % 2)
         figure(rows, "gateway restarted: until routing to all [s]", label, f"{again:.1f}")
         lag = [(r.value("llmfleet_gateway_event_loop_lag_max_seconds") or 0.0) * 1000
                for r in replicas]  # fmt: skip
