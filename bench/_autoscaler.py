@@ -16,8 +16,10 @@ Over a window (the benchmark's idle window, at least 60 s) after its first full 
   histogram's `_sum` step when its `_count` steps by one;
 - Prometheus queries per pass: Prometheus' own `prometheus_http_requests_total` of
   `/api/v1/query` over the passes counted (the benchmark asks nothing during the window);
-- its errors by stage (a pass whose query failed is short, and counted here), CPU and peak RSS,
-  and Prometheus' head series and peak RSS;
+- its errors by stage (a pass whose query failed is short, and counted here), its status
+  writes (the line it logs for each; a full pass rewrites an unchanged decision once
+  `status_refresh_seconds`, 60 s, have passed, one PATCH per service in sequence), CPU and peak
+  RSS, and Prometheus' head series and peak RSS;
 then the autoscaler is restarted and timed from its process start until its first full pass
 is done.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -146,6 +149,10 @@ class Prometheus:
         result = json.loads(body)["data"]["result"] if body else []
         return float(result[0]["value"][1]) if result else 0.0
 
+    def head_series(self) -> float:
+        found = _samples(_get(f"{self.url}/metrics"), "prometheus_tsdb_head_series")
+        return sum(found.values())
+
     def queries(self) -> float:
         """Instant queries Prometheus has answered (its own counter)."""
         found = _samples(_get(f"{self.url}/metrics"), "prometheus_http_requests_total")
@@ -180,6 +187,11 @@ class Autoscaler:
         text = _get(f"http://127.0.0.1:{self.port}/metrics", 5)
         found = _samples(text, "llmfleet_autoscaler_errors_total")
         return {labels.split('"')[1]: value for labels, value in found.items()}
+
+    def writes(self) -> int:
+        """Status writes so far: the lines it logs for each (`cli._log_pass`)."""
+        return len(re.findall(r"^\S+ \S+ INFO llmfleet\.autoscaler \S+/\S+: ",
+                              self.log.read_text(), re.MULTILINE))  # fmt: skip
 
     def first_pass(self, timeout: float = 600) -> float:
         """Seconds from its process start until its first full pass was done."""
@@ -245,15 +257,15 @@ def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,
         _wait("two scrapes of every pod", lambda: prometheus.value(
             "count(rate(vllm:request_success_total[1m]) > 0)") >= len(pods),
             timeout=SCRAPE_SECONDS * 8, every=2)  # fmt: skip
-        series = prometheus.value("prometheus_tsdb_head_series")
         autoscaler = Autoscaler(kubeconfig, namespace, prometheus.url, workdir / "autoscaler.log")
         processes.append(autoscaler.process)
         rows.append(("autoscaler: started until its first pass done [s]",
                      f"{autoscaler.first_pass():.1f}"))  # fmt: skip
         print(f"the autoscaler's passes over {window:.0f} s ...", flush=True)
         cpu, queries, before = cpu_seconds(autoscaler.ps), prometheus.queries(), autoscaler.passes()
-        errors = autoscaler.errors()
+        errors, writes = autoscaler.errors(), autoscaler.writes()
         taken = durations(autoscaler, window)
+        writes = autoscaler.writes() - writes
         passes = sum(autoscaler.passes()[k][0] - before[k][0] for k in before)
         asked = prometheus.queries() - queries
         failed = {k: v - errors.get(k, 0.0) for k, v in autoscaler.errors().items()}
@@ -264,11 +276,12 @@ def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,
              f"{asked / passes:.2f} ({asked:.0f} / {passes:.0f})" if passes else "-"),
             ("autoscaler: errors over the window (by stage)",
              ", ".join(f"{k} {v:.0f}" for k, v in sorted(failed.items()) if v) or "none"),
+            ("autoscaler: status writes over the window", f"{writes}"),
             (f"autoscaler: CPU over {window:.0f} s [s]",
              f"{cpu_seconds(autoscaler.ps) - cpu:.1f}"),
             ("autoscaler: peak RSS [MiB]", f"{peak_rss_mib(autoscaler.process.pid):.0f}"),
             ("Prometheus: head series / peak RSS [MiB]",
-             f"{series:.0f} / {peak_rss_mib(prometheus.process.pid):.0f}"),
+             f"{prometheus.head_series():.0f} / {peak_rss_mib(prometheus.process.pid):.0f}"),
             ("stand-in exporter: CPU [s] / peak RSS [MiB]",
              f"{cpu_seconds(psutil.Process(exporter.pid)):.1f} / "
              f"{peak_rss_mib(exporter.pid):.0f}"),
