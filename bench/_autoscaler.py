@@ -13,7 +13,8 @@ spares), and runs, against the benchmark's cluster:
 Over a window (the benchmark's idle window, at least 60 s) after its first full pass it reports:
 - each pass's duration, p50 / p99 / max by kind (full, fast), from its own
   `llmfleet_autoscaler_pass_seconds` read every `POLL_SECONDS`: a pass's duration is the
-  histogram's `_sum` step when its `_count` steps by one;
+  histogram's `_sum` step when its `_count` steps by one; the full passes also split into those
+  that wrote status and those that did not (`durations`);
 - Prometheus queries per pass: Prometheus' own `prometheus_http_requests_total` of
   `/api/v1/query` over the passes counted (the benchmark asks nothing during the window);
 - its errors by stage (a pass whose query failed is short, and counted here), its status
@@ -206,19 +207,29 @@ class Autoscaler:
 
 
 def durations(autoscaler: Autoscaler, seconds: float) -> dict[str, list[float]]:
-    """Each pass's duration over `seconds`, by kind; a poll that finds several passes done
-    since the last counts their mean once each."""
-    found: dict[str, list[float]] = {"full": [], "fast": []}
-    last = autoscaler.passes()
+    """Each pass's duration over `seconds`, by kind: "full", "fast", and the full passes split
+    into "writing" (status writes logged between the poll before it ended and the poll after:
+    it logs them just after the pass) and "quiet". A poll that finds several passes of a kind
+    done since the last counts their mean once each. Fast passes write nothing here (their
+    decisions only scale up, and the bounds allow none)."""
+    found: dict[str, list[float]] = {"full": [], "fast": [], "writing": [], "quiet": []}
+    last, writes = autoscaler.passes(), autoscaler.writes()
+    ended: list[tuple[float, int]] = []
+    """Full passes seen done at the last poll, with the writes logged at the poll before."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(POLL_SECONDS)
-        now = autoscaler.passes()
+        now, written = autoscaler.passes(), autoscaler.writes()
+        for taken, before in ended:
+            found["writing" if written > before else "quiet"].append(taken)
+        ended = []
         for kind, (count, total) in now.items():
             done = int(count - last[kind][0])
             if done > 0:
                 found[kind] += [(total - last[kind][1]) / done] * done
-        last = now
+                if kind == "full":
+                    ended += [((total - last[kind][1]) / done, writes)] * done
+        last, writes = now, written
     return found
 
 
@@ -271,6 +282,8 @@ def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,
         failed = {k: v - errors.get(k, 0.0) for k, v in autoscaler.errors().items()}
         rows += [
             ("autoscaler: full pass p50 / p99 / max [ms] (passes)", summary_ms(taken["full"])),
+            ("  of which with status writes", summary_ms(taken["writing"])),
+            ("  of which without", summary_ms(taken["quiet"])),
             ("autoscaler: fast pass p50 / p99 / max [ms] (passes)", summary_ms(taken["fast"])),
             ("autoscaler: Prometheus queries per pass",
              f"{asked / passes:.2f} ({asked:.0f} / {passes:.0f})" if passes else "-"),
