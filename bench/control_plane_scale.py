@@ -11,7 +11,8 @@ request's User-Agent, verb and resource: `_audit.py`) and reports them per secon
 
     llmfleet isolated -- python bench/control_plane_scale.py --services 20 --pods-per-service 2 \\
         [--baseline main] [--idle-seconds 60] [--resync-seconds 10] [--gateways 2] \\
-        [--changes 50] [--kubeconfig FILE]
+        [--changes 50] [--no-autoscaler] [--load-rate 600] [--load-seconds 30] \\
+        [--kubeconfig FILE]
 
 With this checkout's operator, `--gateways` gateway replicas (2 by default) discover the
 services too (`_gateways.py`), and the run reports: the time until each routes to every
@@ -20,12 +21,23 @@ replica changes, one at a time, timed from the patch to the operator's Deploymen
 EndpointSlices and to every gateway; then a gateway and the operator restarted, timed until
 they act again. Each operator's reconcile p50/p99, CPU and peak RSS are read too.
 
-Not yet: the autoscaler with a Prometheus holding the series, the gateways under request load
-(their lag is measured idle and through the changes). `apiserver_request_total` has no user
-agent, so its table is the whole API server's; the by-component table splits it (a cluster given
-with `--kubeconfig` has no audit log we can read: that table is left out). The idle window
-should span several of the operator's resync periods (`--resync-seconds`, 30 s by default in
-production).
+Then, unless `--no-autoscaler`, autoscaling is turned on for every service (bounded to its
+pods, so the pod counts stay) and `llmfleet autoscaler` runs against a Prometheus that scrapes
+one stand-in exporter serving every pod's vLLM-style series (`_autoscaler.py`,
+`_fleet_metrics.py`): its full and fast pass p50/p99/max, Prometheus queries per pass, errors,
+CPU and peak RSS over the idle window (at least 60 s), and after a restart the time until its
+first pass is done.
+
+With `--load-rate` (600 req/s by default), after the idle window an open loop of that many
+requests a second for `--load-seconds` goes through the gateway replicas of the whole fleet, and
+the same through replicas of a fleet of 10 services beside it (`_fleet_load.py`: one stand-in
+engine answers for every pod IP, inside the run's own network namespace): latency p50/p99,
+event-loop lag, CPU and engine scrapes of each.
+
+`apiserver_request_total` has no user agent, so its table is the whole API server's; the
+by-component table splits it (a cluster given with `--kubeconfig` has no audit log we can
+read: that table is left out). The idle window should span several of the operator's resync
+periods (`--resync-seconds`, 30 s by default in production).
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ from pathlib import Path
 import _audit
 import psutil
 import yaml
+from _autoscaler import figures as autoscaler_figures
 from _fleet_load import Engine, answer_pod_ips, under_load
 from _gateways import (
     Replica,
@@ -274,6 +287,10 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
             if source is None:
                 operator = restarted(kubeconfig, namespace, operator, args=args, workdir=workdir,
                                       rows=rows, label=label)  # fmt: skip
+            if source is None and args.autoscaler:
+                found = autoscaler_figures(kubeconfig, namespace, args, workdir / "autoscaler")
+                for name, value in found:
+                    figure(rows, name, label, value)
         finally:
             operator.stop()
         kubectl(kubeconfig, "delete", "namespace", namespace, "--timeout=600s")
@@ -439,6 +456,12 @@ def main() -> None:
         help="requests/s through the gateways (0: no load phase)",
     )
     parser.add_argument("--load-seconds", type=float, default=30)
+    parser.add_argument(
+        "--autoscaler",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the autoscaler with a Prometheus holding the series (_autoscaler.py)",
+    )
     parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new one")
     args = parser.parse_args()
     problem = netns.isolation_problem()
