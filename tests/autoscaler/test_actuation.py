@@ -224,6 +224,20 @@ def test_an_unchanged_decision_is_rewritten_only_when_the_refresh_is_due() -> No
     assert times == ["2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"]
 
 
+def test_by_default_an_unchanged_decision_is_written_once() -> None:
+    """An idle fleet costs no status writes: the decision is written when it changes only."""
+    kube, source = RecordingKube(body(), serving(1)), Signals()
+    scaler = autoscaler(kube, source)
+    for second in range(0, 600, 15):
+        source.by_pool["unified"] = signals(1.0, seconds=second)
+        scaler.run_once(at(second))
+    assert [write["lastDecisionTime"] for write in kube.writes] == ["2026-01-01T00:00:00Z"]
+    source.by_pool["unified"] = signals(40.0, seconds=600)  # the load changes the count
+    scaler.run_once(at(600))
+    assert len(kube.writes) == 2
+    assert kube.writes[-1]["pools"]["unified"]["active"] > 1
+
+
 def test_prometheus_down_holds_every_count_and_is_counted() -> None:
     kube, source = RecordingKube(body(), serving(1)), Signals()
     scaler = autoscaler(kube, source, status_refresh_seconds=0)
@@ -360,6 +374,23 @@ def test_setting_min_replicas_removes_the_floors_memory() -> None:
     source.by_pool["unified"] = signals(0.5, seconds=60)
     scaler.run_once(at(60))
     assert kube.writes[-1]["pools"]["unified"]["floorMemory"] is None  # null: merge patch removes
+
+
+def test_a_busy_pools_floor_memory_is_rewritten_once_per_grain_not_per_pass() -> None:
+    kube, source = (
+        RecordingKube(body(pools={"unified": {"minReplicas": None}}), serving(1)),
+        Signals(),
+    )
+    scaler = autoscaler(kube, source)
+    for second in range(0, 900, 15):  # 60 passes, each sizing the pool busy (2 or more)
+        source.by_pool["unified"] = signals(40.0, seconds=second)
+        kube.pods = serving(max(1, kube.writes[-1]["pools"]["unified"]["active"]) if kube.writes
+                            else 1)  # fmt: skip
+        scaler.run_once(at(second))
+    busy = [w["pools"]["unified"]["floorMemory"]["busyAt"] for w in kube.writes]
+    # The first write, then one each time busyAt enters another 5-minute grain (at 300, 600).
+    assert 2 <= len(kube.writes) <= 4, busy
+    assert busy[-1] >= "2026-01-01T00:10:00Z"
 
 
 class FleetKube(RecordingKube):

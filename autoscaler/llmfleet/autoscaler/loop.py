@@ -33,7 +33,7 @@ from llmfleet.autoscaler.metrics import AutoscalerMetrics
 from llmfleet.autoscaler.pods import PodView, pool_pods
 from llmfleet.autoscaler.policy import decide, decide_fast
 from llmfleet.core.capacity_profile import CapacityProfile
-from llmfleet.crds.inference_service import AutoscalingStatus, InferenceServiceSpec
+from llmfleet.crds.inference_service import AutoscalingStatus, FloorMemory, InferenceServiceSpec
 
 log = logging.getLogger("llmfleet.autoscaler")
 _CAUSE_CHARS = 200
@@ -106,12 +106,30 @@ class Outcome:
     written: bool
 
 
+BUSY_GRAIN_SECONDS = 300.0
+"""How finely a written decision keeps a pool's floor memory's `busyAt` (floor.py): a busy pool
+rewrites its status once per grain, not once per pass. A restarted autoscaler may so find the
+pool up to this much quieter than it was, against the 30 min it must be quiet to drop a floor."""
+
+
 def _counts(status: AutoscalingStatus | None) -> object:
+    """What of a decision is worth a write when it changes (the reasons and SLO misses are
+    not: their figures move every pass)."""
     if status is None:
         return None
-    pools = {name: (p.active, p.spares) for name, p in status.pools.items()}
+    pools = {
+        name: (p.active, p.spares, _floor_key(p.floor_memory)) for name, p in status.pools.items()
+    }
     missing = (status.metrics_missing_since, status.metrics_missing_pools)
     return pools, status.limited, status.message, missing
+
+
+def _floor_key(memory: FloorMemory | None) -> object:
+    if memory is None:
+        return None
+    busy = parse_time(memory.busy_at) if memory.busy_at else None
+    grain = None if busy is None else int(busy.timestamp() // BUSY_GRAIN_SECONDS)
+    return memory.observed_since, memory.longest_lull_seconds, grain
 
 
 def _metrics_missing(
@@ -146,7 +164,7 @@ class Autoscaler:
         *,
         profiles: Mapping[str, CapacityProfile] | None = None,
         config: PolicyConfig | None = None,
-        status_refresh_seconds: float = 60.0,
+        status_refresh_seconds: float | None = None,
     ) -> None:
         self.kube = kube
         self.signals = signals
@@ -293,8 +311,11 @@ class Autoscaler:
         self.metrics.limited.labels(namespace, name).set(1 if decision.limited else 0)
 
         last = parse_time(current.last_decision_time) if current else None
-        due = not fast and (
-            last is None or (now - last).total_seconds() >= self.status_refresh_seconds
+        refresh = self.status_refresh_seconds
+        due = (
+            not fast
+            and refresh is not None
+            and (last is None or (now - last).total_seconds() >= refresh)
         )
         if _counts(current) == _counts(status) and not due:
             return Outcome(namespace, name, decision, written=False)

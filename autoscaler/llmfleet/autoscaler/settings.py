@@ -43,8 +43,11 @@ class AutoscalerSettings(LoopbackSettings):
     forecast_horizon_seconds: float = Field(default=60.0, ge=0)
     """How far ahead the forecast looks: about the time a new pod needs to serve (a spare
     promotes in seconds; a cold pod takes minutes to load its weights)."""
-    status_refresh_seconds: float = Field(default=60.0, ge=0)
-    """Rewrite an unchanged decision this often so its reason and time stay current."""
+    status_refresh_seconds: float | None = Field(default=None, ge=0)
+    """Rewrite an unchanged decision this often, so its reason and time stay current. Unset
+    (the default): a decision is written only when it changes, so an idle fleet costs no
+    writes; at 1,000 services a 60 s refresh was 17 status writes a second, each one also a
+    watch event for the operator and every gateway replica."""
     profiles_dir: Path | None = None
     """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
     field_manager: str = "llmfleet-autoscaler"
