@@ -71,4 +71,3 @@ def test_any_pass_puts_the_full_resync_off() -> None:
     paced.ran(later)
     assert not paced.due(woken=False, requeue=None, now=later + FULL / 2 - 1)
     assert paced.due(woken=False, requeue=None, now=later + FULL / 2)
-
