@@ -4,14 +4,16 @@ pools and what to check, and posts a Warning when it turns True."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from llmfleet.crds import Condition
 from llmfleet.crds.inference_service import AutoscalingStatus, ConditionStatus
-from llmfleet.operator.observed import Observed
+from llmfleet.operator.observed import Observed, ObservedPod
 from llmfleet.operator.plan import desired
+from llmfleet.operator.pools import COST_SERVING, COST_SPARE
 from llmfleet.operator.settings import OperatorSettings
 from tests.operator.test_plan import load
 
@@ -92,3 +94,28 @@ def test_the_message_says_how_long_in_words_a_person_reads(
     found = next(c for c in wire if c["type"] == "MetricsMissing")
     assert found["status"] == "True"
     assert lasted in found["message"]
+
+
+def settled(seconds_ago: float | None) -> Observed:
+    """The spares sample with its serving pod and its spare Ready: nothing else to wait for."""
+    pods = (
+        ObservedPod(name="p0", pool="unified", created=NOW, ready=True, serving=True,
+                    deletion_cost=COST_SERVING),
+        ObservedPod(name="p1", pool="unified", created=NOW, ready=True, serving=False,
+                    deletion_cost=COST_SPARE),
+    )  # fmt: skip
+    return dataclasses.replace(observed(seconds_ago), pods=pods)
+
+
+@pytest.mark.parametrize(
+    ("seconds_ago", "requeue"),
+    [(None, None), (60, 240.0), (299, 1.0), (300, None), (3600, None)],
+    ids=["series arrive", "missing 1 min", "just under 5 min", "True already", "an hour"],
+)
+def test_a_settled_service_looks_again_when_metrics_missing_turns_true(
+    seconds_ago: float | None, requeue: float | None
+) -> None:
+    """Nothing wakes the service when `metricsMissingSince` ages past the limit (the autoscaler
+    wrote it once): the pass asks to look again then, not at the next resync."""
+    plan = desired(load("spares"), settled(seconds_ago), SETTINGS, NOW)
+    assert plan.requeue_after == requeue

@@ -124,7 +124,7 @@ def serve(
     if not settings.probe_in_flight:
         kube.in_flight = lambda _ip, _port: None
     reconciler = Reconciler(kube, settings, metrics, before_status=before_status)
-    registry = build_registry(reconciler, settings.resync_seconds, watched)
+    registry = build_registry(reconciler, watched)
     peering_args: dict[str, Any] = {"standalone": True}
     if not standalone:
         # Distinct priorities make exactly one replica active; the others wait as standbys.

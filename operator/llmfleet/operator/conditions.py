@@ -263,6 +263,21 @@ def _metrics_missing(service: InferenceService, observed: Observed, now: datetim
     )
 
 
+def metrics_missing_in(
+    service: InferenceService, observed: Observed, now: datetime, after_seconds: float
+) -> float | None:
+    """Seconds until MetricsMissing turns True by itself (`_metrics_missing`: the autoscaler's
+    `metricsMissingSince` plus `after_seconds` passes, with no change to wake the service), for
+    the plan's requeue; None when it is not on its way (no autoscaling, series arriving, or
+    True already)."""
+    status = observed.autoscaling
+    since = _parse(status.metrics_missing_since if status is not None else None)
+    if not service.spec.autoscaling.enabled or since is None:
+        return None
+    left = after_seconds - (now - since).total_seconds()
+    return left if left > 0 else None
+
+
 def _model_name_conflict(service: InferenceService, observed: Observed) -> Said | None:
     """ModelNameConflict: True while another service claims this one's model name (the gateway
     routes the name to the first created, `crds.claims`), False once no other does; None (no

@@ -3,7 +3,8 @@
 Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
 sleeps until a change wakes it (to the service, seen by kopf's watch and by the watches that
 feed the passes' reads, `watched.py`; to one of its children or pods, seen by the latter), or
-the requeue delay / resync period passes. A pass that fails as a whole waits out an
+the requeue delay passes; with neither, it looks every resync period and runs a pass only when
+its full resync is due (`pacing.py`). A pass that fails as a whole waits out an
 exponential back-off (or the API server's Retry-After, when it throttled the pass: `Transient`;
 no pass sleeps in its thread), cut short only by an edit of the service's spec.
 """
@@ -24,6 +25,7 @@ from llmfleet.crds import GROUP, PLURAL, VERSION
 from llmfleet.operator.failures import requeue_delay
 from llmfleet.operator.kube import CHILD_KINDS, Transient, api_message
 from llmfleet.operator.login import login
+from llmfleet.operator.pacing import Pacing
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.watched import Watched
 
@@ -78,7 +80,7 @@ class Triggers:
 
 
 def build_registry(
-    reconciler: Reconciler, resync_seconds: float, watched: Watched, workers: int = 8
+    reconciler: Reconciler, watched: Watched, workers: int = 8
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     triggers = Triggers()
@@ -120,6 +122,7 @@ def build_registry(
         wake = triggers.get(namespace, name)
         loop = asyncio.get_running_loop()
         settings = reconciler.settings
+        pacing = Pacing(settings.resync_seconds, settings.full_resync_seconds)
         failures = 0  # failed passes in a row
         try:
             while not stopped:
@@ -141,10 +144,13 @@ def build_registry(
                     _log_failed_pass(namespace, name, error, failures, delay)
                     await triggers.back_off(namespace, name, delay)
                     continue
-                # A periodic resync runs the same pass, which compares every child with the
-                # object as stored (in case a watch missed a change) and writes only drift.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout=requeue or resync_seconds)
+                # Wait for a reason to pass again: a wake-up, the requeue, the full resync; a
+                # resync period that ends with none of them runs nothing (`pacing.py`).
+                pacing.ran(loop.time())
+                while not stopped:
+                    woken = await _woken(wake, pacing.timeout(requeue))
+                    if pacing.due(woken=woken, requeue=requeue, now=loop.time()):
+                        break
         finally:
             triggers.forget(namespace, name)
 
@@ -157,6 +163,14 @@ def build_registry(
         triggers.fire(namespace or "", name, body.get("metadata", {}).get("generation"))
 
     return registry
+
+
+async def _woken(wake: asyncio.Event, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `wake`; whether it is set (by then, or since it was
+    cleared before the last pass)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), timeout=timeout)
+    return wake.is_set()
 
 
 def _log_failed_pass(

@@ -17,7 +17,7 @@ from llmfleet.operator import children
 from llmfleet.operator.budget import PoolTarget, fit, surge
 from llmfleet.operator.canary_plan import RolloutPlan, plan_rollout, rollout_conditions
 from llmfleet.operator.children import Manifest
-from llmfleet.operator.conditions import conditions
+from llmfleet.operator.conditions import conditions, metrics_missing_in
 from llmfleet.operator.failures import ChildFailure, child_key
 from llmfleet.operator.observed import Observed, ObservedChild
 from llmfleet.operator.pools import PodChange, PoolAssignment, draining
@@ -37,7 +37,9 @@ class Plan:
     """Merge patch for the status subresource (never touches `status.autoscaling`)."""
     events: tuple[Event, ...]
     requeue_after: float | None
-    """Look again this soon (a drain ends, pods are starting); None: wait for a change."""
+    """Look again this soon (a drain ends, pods are starting, a canary's analysis or deadline
+    comes, MetricsMissing turns True): every state that changes with time alone says when;
+    None: wait for a change (or the safety-net full resync, `handlers.py`)."""
     rollout: RolloutPlan | None = None
     """The rollout's decision and Deployments (for metrics and log lines)."""
 
@@ -172,7 +174,10 @@ def desired(
         for pool, assignment in assignments.items()
     )
     removing = pruning.draining or pruning.waiting or pruning.removed
-    requeue = rollout.requeue(2.0 if settling or draining or removing else None)
+    pools_wait = 2.0 if settling or draining or removing else None
+    missing_in = metrics_missing_in(service, observed, now, settings.metrics_missing_seconds)
+    requeue = rollout.requeue(min((w for w in (pools_wait, missing_in) if w is not None),
+                                  default=None))  # fmt: skip
     pod_changes = rollout.pod_changes(tuple(pruning.draining.values()))
     return Plan(tuple(objects), tuple(deletions), pod_changes, status, tuple(events), requeue,
                 rollout)  # fmt: skip

@@ -41,7 +41,14 @@ class OperatorSettings(LoopbackSettings):
     retry_max_seconds: float = Field(default=300.0, gt=0)
     """The longest wait between two tries of a refused child or a failing pass."""
     resync_seconds: float = Field(default=30.0, gt=0)
-    """Reconcile every service at least this often, even when nothing changed."""
+    """How often a service's loop that nothing woke looks whether its full resync is due; a
+    look that finds none runs no pass (a change, or a time-based state's own requeue, runs one
+    at once)."""
+    full_resync_seconds: float = Field(default=300.0, gt=0)
+    """Reconcile every service at least this often (at the next look, `resync_seconds`), even
+    when nothing changed: the safety net for what no watch wakes it for (the ServiceMonitor CRD
+    installed, a lost wake-up). Each service's next one is due at a random point between half
+    this and this after its last pass, so services that started together pass apart."""
     peering: str = "llmfleet"
     """kopf peering object: replicas sharing it elect one active operator."""
     metrics_port: int = Field(default=8081, ge=0, le=65535)
