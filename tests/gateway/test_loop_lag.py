@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 
 import httpx
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
+from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
 from llmfleet.gateway.loop_lag import LoopLag
-from tests.gateway.servers import gateway
+from llmfleet.gateway.settings import GatewaySettings
+from tests.gateway.servers import ThreadServer, gateway
 from tests.net import wait_for
 
 
@@ -76,3 +79,25 @@ def test_metrics_count_what_discovery_routes_to_and_the_loops_lag() -> None:
         largest = sample(metrics(), "llmfleet_gateway_event_loop_lag_max_seconds")
         assert largest is not None
         assert largest < 1.0, largest
+
+
+def test_metrics_are_rendered_off_the_event_loop() -> None:
+    """At 1,000 services /metrics is megabytes (about a second to render): not on the loop
+    every request waits on. The render runs in another thread than the one serving requests."""
+    app = create_app(GatewaySettings(), discovery=StaticDiscovery({}))
+    metrics = app.state.metrics
+    rendered_in: list[str] = []
+    render = metrics.exposition
+
+    def recording() -> bytes:
+        rendered_in.append(threading.current_thread().name)
+        return render()
+
+    metrics.exposition = recording  # type: ignore[method-assign]
+    with ThreadServer(app) as server:
+        assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+        text = httpx.get(f"{server.url}/metrics", timeout=5).text
+        assert "llmfleet_gateway_discovered_services" in text
+        loop_thread = server.thread.name
+    assert rendered_in
+    assert rendered_in[0] != loop_thread
