@@ -28,7 +28,7 @@ one stand-in exporter serving every pod's vLLM-style series (`_autoscaler.py`,
 CPU and peak RSS over the idle window (at least 60 s), and after a restart the time until its
 first pass is done.
 
-With `--load-rate` (600 req/s by default), after the idle window an open loop of that many
+With `--load-rate` (600 req/s by default), after the changes an open loop of that many
 requests a second for `--load-seconds` goes through the gateway replicas of the whole fleet, and
 the same through replicas of a fleet of 10 services beside it (`_fleet_load.py`: one stand-in
 engine answers for every pod IP, inside the run's own network namespace): latency p50/p99,
@@ -353,11 +353,6 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
         figure(rows, "gateways: CPU over the idle window [s]", label,
                each(f"{value:.1f}" for value in spent))  # fmt: skip
-        if args.load_rate > 0:
-            try:
-                loaded(kubeconfig, replicas, args, workdir=workdir, rows=rows, label=label)
-            except (Exception, SystemExit) as error:  # the other figures still get reported
-                figure(rows, "under load: failed", label, repr(error)[:200])
         if args.changes:
             print(f"{args.changes} replica changes, one at a time ...", flush=True)
             before = [lag_buckets(r) for r in replicas]
@@ -372,6 +367,13 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
             during = [lag_largest(before[i], lag_buckets(r)) for i, r in enumerate(replicas)]
             figure(rows, "gateways: event-loop lag during the changes, max <= [ms]", label,
                    each(during))  # fmt: skip
+        # After the changes: the load gives every service its own series, and the changes'
+        # polls read each gateway's /metrics, megabytes once they exist.
+        if args.load_rate > 0:
+            try:
+                loaded(kubeconfig, replicas, args, workdir=workdir, rows=rows, label=label)
+            except (Exception, SystemExit) as error:  # the other figures still get reported
+                figure(rows, "under load: failed", label, repr(error)[:200])
         replicas[0].stop()
         replicas[0] = Replica(kubeconfig, namespace, workdir / "gateway-0-restarted.log")
         # An odd number of changes leaves the last one's pod added (`change_latencies`).
