@@ -493,6 +493,11 @@ CASES = [
          "spec.runtime.extraArgs", "a number vLLM refuses"),
     Case("extra-args-tensor-parallel-zero", {"runtime.extraArgs": ["-tp=0"]},
          "spec.runtime.extraArgs", "a number vLLM refuses"),
+    # Not a whole number: vLLM's parser refuses it; the launcher plans GPUs from it.
+    Case("extra-args-data-parallel-empty", {"runtime.extraArgs": ["-dp", ""]},
+         "spec.runtime.extraArgs", "a number vLLM refuses"),
+    Case("extra-args-max-seqs-fraction", {"runtime.extraArgs": ["--max-num-seqs", "1.5"]},
+         "spec.runtime.extraArgs", "a number vLLM refuses"),
     Case("extra-args-kv-bytes-beside-memory-share",
          {"runtime.gpuMemoryUtilization": 0.8,
           "runtime.extraArgs": ["--kv-cache-memory-bytes", "8589934592"]},

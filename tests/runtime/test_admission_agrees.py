@@ -131,6 +131,8 @@ def assert_engines_fit(argv: list[str], count: int, words: list[str]) -> None:
          False)  # fmt: skip
 @example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 2},
                                  "extraArgs": ["-tp", "2", "-dp", "2"]}, False)  # fmt: skip
+@example({"name": "org/model"}, {"extraArgs": ["-dp", ""]}, False)  # found by this test in CI
+@example({"name": "org/model"}, {"extraArgs": ["-tp", "a"]}, False)
 @example({"name": "org/model"}, {"gpu": {"type": "H100", "count": 4},
                                  "extraArgs": ["-tp", "2", "-dp", "2"]}, False)  # fmt: skip
 def test_admission_accepts_exactly_what_the_launcher_plans(

@@ -394,8 +394,11 @@ def first_values(words: list[str], flag: str) -> list[str]:
 def out_of_range(arg: Arg) -> str | None:
     """Why the number `arg` gives is one vLLM refuses (None: it is not, or not a number)."""
     value = first_value(arg)
-    if arg.flag in AT_LEAST_ONE and re.match(INTEGER, value) and int(value) < 1:
-        return f"extraArgs {' '.join(arg.words())}: {arg.flag} cannot take {value} (at least 1)"
+    # Not a whole number at all ('' too: an empty word, or none) is refused as well: vLLM's
+    # parser refuses it, and the launcher reads these sizes to plan the pod's GPUs.
+    if arg.flag in AT_LEAST_ONE and not (re.match(INTEGER, value) and int(value) >= 1):
+        return (f"extraArgs {' '.join(arg.words())}: {arg.flag} cannot take {value!r} "
+                "(a whole number, at least 1)")  # fmt: skip
     if arg.flag == FRACTION and re.match(NUMBER, value) and not 0 < float(value) <= 1:
         return f"extraArgs {' '.join(arg.words())}: {arg.flag} cannot take {value} (in (0, 1])"
     return None

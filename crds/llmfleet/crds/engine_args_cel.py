@@ -227,14 +227,14 @@ def rules() -> list[ArgsRule]:
         ),
         ArgsRule(
             " && ".join(
-                f"{_sizes(flag)}.all(v, !v.matches({cel_string(INTEGER)}) || int(v) >= 1)"
+                f"{_sizes(flag)}.all(v, v.matches({cel_string(INTEGER)}) && int(v) >= 1)"
                 for flag in AT_LEAST_ONE
             )
             + f" && {_sizes(FRACTION)}.all(v, !v.matches({cel_string(NUMBER)}) || "
             "(double(v) > 0.0 && double(v) <= 1.0))",
             "runtime.extraArgs gives an option a number vLLM refuses: "
             + ", ".join(AT_LEAST_ONE)
-            + f" at least 1, {FRACTION} in (0, 1]",
+            + f" a whole number, at least 1, {FRACTION} in (0, 1]",
             lambda p: "cannot take" in p,
         ),
         ArgsRule(
