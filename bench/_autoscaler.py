@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -43,7 +42,7 @@ from typing import Any
 
 import psutil
 import yaml
-from _gateways import cpu_seconds, peak_rss_mib
+from _gateways import cpu_seconds, p50_p99_ms, peak_rss_mib
 from _support import free_port
 from operator_scale import kubectl
 
@@ -237,10 +236,7 @@ def summary_ms(values: list[float]) -> str:
     """ "p50 / p99 / max (n)" in milliseconds (p99 is the largest below 100 values)."""
     if not values:
         return "- (0 passes)"
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-    return (f"{statistics.median(ordered) * 1000:.0f} / {p99 * 1000:.0f} / "
-            f"{ordered[-1] * 1000:.0f} ({len(ordered)})")  # fmt: skip
+    return f"{p50_p99_ms(values)} / {max(values) * 1000:.0f} ({len(values)})"
 
 
 def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,

@@ -3,33 +3,18 @@ verb and resource (the scale benchmark's by-component table)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from llmfleet.core.kube import user_agent
+from tests.unit.bench_modules import load
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_audit", BENCH / "_audit.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("_audit", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-audit = _load()
+audit = load("_audit")
 
 T0 = datetime(2026, 11, 28, 3, 0, 0, tzinfo=UTC)
 KCM = "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/0000000/deployment-controller"

@@ -3,11 +3,7 @@ serves text Prometheus parses, labelled as the autoscaler's query selects and gr
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,21 +17,9 @@ from llmfleet.autoscaler.signals import (
     matchers,
     signal_queries,
 )
+from tests.unit.bench_modules import load
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_fleet_metrics", BENCH / "_fleet_metrics.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-fleet = _load()
+fleet = load("_fleet_metrics")
 PODS = [
     fleet.Pod("ns-a", "svc-0000-unified-abc", "svc-0000", "unified", "10.0.0.1"),
     fleet.Pod("ns-a", "svc-0000-unified-def", "svc-0000", "unified", "10.0.0.2"),
