@@ -21,6 +21,7 @@ from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.scrape_plan import Schedule, ScrapePlan, next_due
 from llmfleet.gateway.scraper import Scraper, known_urls
 from llmfleet.gateway.settings import GatewaySettings
+from llmfleet.gateway.upstream import HttpxUpstream
 from tests.gateway.servers import ThreadServer, gateway, wait_for
 from tests.gateway.standin import StandIn
 
@@ -198,7 +199,13 @@ def test_the_scraper_reads_read_pools_once_per_interval_and_forgets_idle_ones() 
     async def scenario() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(engine)) as client:
             scraper = Scraper(
-                client, table, _pools("a", "b"), metrics, settings, clock=clock, draw=lambda: 0.5
+                HttpxUpstream(client, connect_timeout=1),
+                table,
+                _pools("a", "b"),
+                metrics,
+                settings,
+                clock=clock,
+                draw=lambda: 0.5,
             )
             scraper.retain()
             scraper.tick()
@@ -253,7 +260,13 @@ def test_retain_forgets_the_endpoints_discovery_no_longer_lists() -> None:
         async with httpx.AsyncClient(
             transport=httpx.MockTransport(lambda _: httpx.Response(503))
         ) as client:
-            scraper = Scraper(client, table, discovery, metrics, GatewaySettings())
+            scraper = Scraper(
+                HttpxUpstream(client, connect_timeout=1),
+                table,
+                discovery,
+                metrics,
+                GatewaySettings(),
+            )
             scraper.retain()
             table.candidates(["http://a-0", "http://b-0"])
             scraper.retain()  # the same snapshot: nothing to walk, nothing forgotten
@@ -297,7 +310,14 @@ def test_a_failed_scrape_keeps_the_last_figures_and_is_counted(answer: str, outc
     async def scenario() -> None:
         nonlocal fail
         async with httpx.AsyncClient(transport=httpx.MockTransport(engine)) as client:
-            scraper = Scraper(client, table, _pools("a"), metrics, settings, clock=clock)
+            scraper = Scraper(
+                HttpxUpstream(client, connect_timeout=1),
+                table,
+                _pools("a"),
+                metrics,
+                settings,
+                clock=clock,
+            )
             table.candidates(["http://a-0"])
             scraper.tick()
             await _settle(scraper)

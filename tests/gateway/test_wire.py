@@ -206,3 +206,33 @@ def test_a_refused_connection_is_a_connect_error() -> None:
         await client.aclose()
 
     asyncio.run(run())
+
+
+def test_a_get_sends_no_body_and_reads_a_chunked_answer_on_a_kept_alive_connection() -> None:
+    """The scraper's GET of /metrics: request line, Host and nothing else; the answer chunked
+    (as uvicorn sends vLLM's exposition); the next GET reuses the connection."""
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            heads.append(head)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+                b"\r\n5\r\nvllm:\r\ne\r\nrunning 3.0\n#\n\r\n0\r\n\r\n"
+            )
+
+    async def run() -> list[int]:
+        client = _client()
+        async with _server(handler) as (url, seen):
+            metrics = url.replace("/v1/chat/completions", "/metrics")
+            for _ in range(2):
+                answer = await client.get(metrics, 5)
+                assert (answer.status_code, answer.content_type) == (200, "text/plain")
+                assert await answer.aread() == b"vllm:running 3.0\n#\n"
+                await answer.aclose()
+            await client.aclose()
+            return seen
+
+    assert asyncio.run(run()) == [0]
+    port = heads[0].split(b"Host: 127.0.0.1:")[1].split(b"\r\n")[0]
+    assert heads == [b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\n" % port] * 2

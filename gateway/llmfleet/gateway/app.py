@@ -109,22 +109,26 @@ def _discovery_from(settings: GatewaySettings) -> Discovery:
 
 
 def _upstream_from(
-    settings: GatewaySettings, transport: httpx.AsyncBaseTransport | None, guard: LoopbackGuard
+    settings: GatewaySettings,
+    transport: httpx.AsyncBaseTransport | None,
+    guard: LoopbackGuard,
+    name: str = "upstream",
 ) -> Upstream:
     """The gateway's own client (`wire.py`) unless a test passes a transport or the settings
-    ask for aiohttp or httpx."""
+    ask for aiohttp or httpx. The forwarder's is `upstream`, the scraper's `scrape` (its own
+    connections; `name` labels the loopback guard's refusals)."""
     connect = settings.connect_timeout_seconds
     if transport is None and settings.upstream_client == "wire":
-        return WireUpstream(guard, connect_timeout=connect)
+        return WireUpstream(guard, connect_timeout=connect, name=name)
     if transport is None and settings.upstream_client == "aiohttp":
-        return AiohttpUpstream(guard, connect_timeout=connect)
+        return AiohttpUpstream(guard, connect_timeout=connect, name=name)
     limits = httpx.Limits(
         max_connections=None,
         max_keepalive_connections=settings.keepalive_connections,
         keepalive_expiry=30,
     )
     client = httpx.AsyncClient(
-        transport=guarded(transport, guard, "upstream", limits), limits=limits, timeout=None
+        transport=guarded(transport, guard, name, limits), limits=limits, timeout=None
     )
     return HttpxUpstream(client, connect_timeout=connect)
 
@@ -170,17 +174,9 @@ def create_app(
         settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc(), log
     )
     upstream = _upstream_from(settings, transport, guard)
-    # At most `scrape_concurrency` scrapes at a time: httpx's own transport is fine.
-    scrape_limits = httpx.Limits(
-        max_connections=settings.scrape_concurrency,
-        max_keepalive_connections=settings.scrape_concurrency,
-    )
-    scrape_client = httpx.AsyncClient(
-        transport=guarded(transport, guard, "scrape", scrape_limits),
-        limits=scrape_limits,
-        timeout=settings.scrape_timeout_seconds,
-    )
-    scraper = Scraper(scrape_client, table, source, metrics, settings, clock=clock)
+    # The scraper bounds its own scrapes in flight (`scrape_concurrency`).
+    scrape_upstream = _upstream_from(settings, transport, guard, "scrape")
+    scraper = Scraper(scrape_upstream, table, source, metrics, settings, clock=clock)
     forwarder = Forwarder(settings, upstream, table, metrics)
     pauses = PauseRecorder(metrics.gc_pauses)
 
@@ -207,7 +203,7 @@ def create_app(
             await cancel_and_wait(scraping)
             await source.stop()
             await upstream.aclose()
-            await scrape_client.aclose()
+            await scrape_upstream.aclose()
 
     admin, operations = _admin_apps(settings, source, metrics, tenants, lifespan)
     gateway = _Gateway(settings, source, forwarder, metrics, tenants, table, clock)

@@ -33,14 +33,13 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-import httpx
-
 from llmfleet.core import vllm_metrics
 from llmfleet.gateway.discovery import Discovery, Service
 from llmfleet.gateway.endpoints import Clock, EndpointTable, EngineLoad
 from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.scrape_plan import Schedule
 from llmfleet.gateway.settings import GatewaySettings
+from llmfleet.gateway.upstream import Upstream, UpstreamError, UpstreamTimeout
 
 log = logging.getLogger("llmfleet.gateway.scraper")
 
@@ -94,13 +93,16 @@ def known_urls(discovery: Discovery) -> set[str]:
 class Scraper:
     """The scrape loop of one gateway replica (`forever`), over the shared endpoint table.
 
-    Only the event loop's thread runs it, like everything that touches the table. `clock` is
+    `upstream` GETs the engines' /metrics: in production the gateway's own client
+    (`wire.WireUpstream`, a pool of its own), a fraction of httpx's CPU per GET
+    (bench/scrape_cost.py). Only the event loop's thread runs it, like everything that touches
+    the table. `clock` is
     the table's (the plan's times); the ticks themselves sleep in real time. `draw` gives the
     jitter's random numbers in [0, 1)."""
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        upstream: Upstream,
         table: EndpointTable,
         discovery: Discovery,
         metrics: GatewayMetrics,
@@ -109,7 +111,7 @@ class Scraper:
         clock: Clock = time.monotonic,
         draw: Callable[[], float] = random.random,
     ) -> None:
-        self._client = client
+        self._upstream = upstream
         self._table = table
         self._discovery = discovery
         self._metrics = metrics
@@ -187,17 +189,23 @@ class Scraper:
     async def _get(self, url: str) -> str:
         try:
             async with asyncio.timeout(self._timeout):
-                response = await self._client.get(url + "/metrics")
-            response.raise_for_status()
-        except (TimeoutError, httpx.TimeoutException) as error:
+                response = await self._upstream.get(url + "/metrics", self._timeout)
+                try:
+                    if response.status_code != 200:
+                        log.debug("endpoint=%s scrape answered %d", url, response.status_code)
+                        return "failed"
+                    body = await response.aread()
+                finally:
+                    await response.aclose()
+        except (TimeoutError, UpstreamTimeout) as error:
             log.debug("endpoint=%s scrape timed out: %r", url, error)
             return "timeout"
-        except httpx.HTTPError as error:
+        except UpstreamError as error:
             log.debug("endpoint=%s scrape failed: %s", url, error)
             return "failed"
-        except Exception as error:  # a URL httpx refuses, say: one endpoint's, not the loop's
+        except Exception as error:  # a bug in a client, say: one endpoint's, not the loop's
             log.warning("endpoint=%s scrape failed: %r", url, error)
             return "failed"
         if url in self._table.reads:  # still active: an idle endpoint keeps no figures
-            self._table.record_load(url, engine_load(response.text))
+            self._table.record_load(url, engine_load(body.decode("utf-8", "replace")))
         return "ok"

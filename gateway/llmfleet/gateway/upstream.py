@@ -1,4 +1,4 @@
-"""The wire to the engines: send a body to a URL, get the status, then the bytes.
+"""The wire to the engines: send a body to a URL (or GET one), get the status, then the bytes.
 
 Three clients behind one small interface (`Upstream`):
 - `wire.WireUpstream`, the default: the gateway's own HTTP/1.1 client (see its module);
@@ -68,6 +68,10 @@ class Upstream(Protocol):
         """POST `body` to `url`; the response once its headers arrived (UpstreamError if not)."""
         ...
 
+    async def get(self, url: str, read_timeout: float) -> UpstreamResponse:
+        """GET `url` (the scraper's read of an engine's /metrics), as `send`."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -109,12 +113,19 @@ class _AiohttpResponse:
 
 
 class AiohttpUpstream:
-    """One aiohttp session, opened on first use inside the running loop, closed by `aclose`."""
+    """One aiohttp session, opened on first use inside the running loop, closed by `aclose`.
+    `name` is the client's in the loopback guard's refusals."""
 
     def __init__(
-        self, guard: LoopbackGuard, *, connect_timeout: float, keepalive_seconds: float = 30.0
+        self,
+        guard: LoopbackGuard,
+        *,
+        connect_timeout: float,
+        keepalive_seconds: float = 30.0,
+        name: str = "upstream",
     ) -> None:
         self._guard = guard
+        self._name = name
         self._urls: dict[str, URL] = {}
         """Parsed endpoint URLs (one per endpoint and route; yarl's parsing is not free)."""
         self._connect_timeout = connect_timeout
@@ -138,7 +149,7 @@ class AiohttpUpstream:
         parsed = self._urls.get(url)
         if parsed is None:
             try:
-                self._guard.check_url(url, "upstream")
+                self._guard.check_url(url, self._name)
             except NonLocalRefused as error:
                 raise UpstreamRefusedNonLocal(str(error)) from None
             parsed = URL(url, encoded=True)
@@ -169,6 +180,15 @@ class AiohttpUpstream:
                 headers=headers,
                 timeout=self._timeout(read_timeout),
                 allow_redirects=False,
+            )
+        except (TimeoutError, aiohttp.ClientError) as error:
+            raise _mapped(error, connecting=True) from error
+        return _AiohttpResponse(response)
+
+    async def get(self, url: str, read_timeout: float) -> _AiohttpResponse:
+        try:
+            response = await self._get_session().get(
+                self._url(url), timeout=self._timeout(read_timeout), allow_redirects=False
             )
         except (TimeoutError, aiohttp.ClientError) as error:
             raise _mapped(error, connecting=True) from error
@@ -230,6 +250,15 @@ class HttpxUpstream:
         request = self._client.build_request(
             "POST", url, content=body, headers=list(headers), timeout=timeout
         )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as error:
+            raise _from_httpx(error) from error
+        return _HttpxResponse(response)
+
+    async def get(self, url: str, read_timeout: float) -> _HttpxResponse:
+        timeout = httpx.Timeout(read_timeout, connect=self._connect_timeout)
+        request = self._client.build_request("GET", url, timeout=timeout)
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as error:

@@ -3,7 +3,9 @@
 Why not aiohttp: under load aiohttp's client was the largest share of the gateway's CPU (27% of
 samples at 1,500 requests/s, more than all of llmfleet's own code): per request it builds a
 request object, merges header multidicts, runs tracing and cookie hooks and a stream reader.
-An engine needs none of that: one POST with three headers, a status, a content type and bytes.
+An engine needs none of that: one POST with three headers, a status, a content type and bytes
+(or, for the scraper, a GET of /metrics with a Host header; httpx spent 19-35x the CPU per
+scrape: bench/scrape_cost.py).
 
 What it does:
 - one pool of idle keep-alive connections per engine (host, port); a connection carries one
@@ -46,7 +48,7 @@ _HIGH_WATER = 256 * 1024
 
 
 class _Target:
-    """An engine URL parsed once: where to connect and the request head's fixed part."""
+    """An engine URL parsed once: where to connect, a POST head's fixed part, a GET's head."""
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -59,6 +61,7 @@ class _Target:
             f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
             "Content-Type: application/json\r\nX-Request-Id: "
         ).encode("latin-1")
+        self.get_head = f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode("latin-1")
 
 
 class _Connection(asyncio.Protocol):
@@ -284,12 +287,19 @@ class _StaleConnection(Exception):
 
 
 class WireUpstream:
-    """`upstream.Upstream` over `_Connection`s; opened lazily inside the running loop."""
+    """`upstream.Upstream` over `_Connection`s; opened lazily inside the running loop. `name`
+    is the client's in the loopback guard's refusals (the scraper has its own pool)."""
 
     def __init__(
-        self, guard: LoopbackGuard, *, connect_timeout: float, keepalive_seconds: float = 30.0
+        self,
+        guard: LoopbackGuard,
+        *,
+        connect_timeout: float,
+        keepalive_seconds: float = 30.0,
+        name: str = "upstream",
     ) -> None:
         self._guard = guard
+        self._name = name
         self._connect_timeout = connect_timeout
         self._keepalive = keepalive_seconds
         self._targets: dict[str, _Target] = {}
@@ -307,7 +317,7 @@ class WireUpstream:
         target = self._targets.get(url)
         if target is None:
             try:
-                self._guard.check_url(url, "upstream")
+                self._guard.check_url(url, self._name)
             except NonLocalRefused as error:
                 raise UpstreamRefusedNonLocal(str(error)) from None
             target = _Target(url)
@@ -359,13 +369,24 @@ class WireUpstream:
         self, url: str, body: bytes, headers: Sequence[tuple[str, str]], read_timeout: float
     ) -> _Answer:
         target = self._target(url)
-        key = (target.host, target.port)
         request_id = next((v for k, v in headers if k.lower() == "x-request-id"), "")
         head = b"%s%s\r\nContent-Length: %d\r\n\r\n" % (
             target.head,
             request_id.encode("latin-1"),
             len(body),
         )
+        return await self._request(target, head, body, read_timeout)
+
+    async def get(self, url: str, read_timeout: float) -> _Answer:
+        target = self._target(url)
+        return await self._request(target, target.get_head, b"", read_timeout)
+
+    async def _request(
+        self, target: _Target, head: bytes, body: bytes, read_timeout: float
+    ) -> _Answer:
+        """Send on an idle connection to the engine if there is one (once more on a new one if
+        the engine had closed it), else on a new one."""
+        key = (target.host, target.port)
         reused = self._reusable(key)
         if reused is not None:
             try:
