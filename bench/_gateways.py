@@ -48,16 +48,20 @@ def peak_rss_mib(pid: int) -> float:
 
 
 class Replica:
-    """`llmfleet gateway` on a free 127.0.0.1 port, discovering `namespace`."""
+    """`llmfleet gateway` on a free 127.0.0.1 port, discovering `namespace`; with `source`
+    (a commit's source roots, `control_plane_scale.checkout`) that commit's gateway."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, namespace: str, log: Path,
+                 source: Path | None = None) -> None:  # fmt: skip
         self.port = free_port()
         self.log = log
-        command = [str(Path(sys.executable).parent / "llmfleet"), "gateway", "--kubeconfig",
+        command = [sys.executable, "-m", "llmfleet.core.cli", "gateway", "--kubeconfig",
                    str(kubeconfig), "--namespace", namespace, "--port", str(self.port)]  # fmt: skip
         # The pod network is allowed: it exists only in the run's namespace (_fleet_load.py).
         env = {**os.environ, "LLMFLEET_LOOPBACK_ONLY": "true",
                loopback.NETWORKS_ENV: local.POD_NETWORK}  # fmt: skip
+        if source is not None:
+            env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
         self.started = time.monotonic()
         with log.open("w") as out:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)

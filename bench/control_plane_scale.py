@@ -7,7 +7,9 @@ request's User-Agent, verb and resource: `_audit.py`) and reports them per secon
 - the same number of plain Deployments (same pods) with no operator, in the same run: what the
   control plane itself (controllers, kwok) costs while idle;
 - with `--baseline COMMIT`, the operator of that commit (run from `git archive` of it, on this
-  checkout's environment) on the same services, in the same run and cluster.
+  checkout's environment) on the same services, in the same run and cluster, and with it that
+  commit's `--gateways` replicas over the idle window (their CPU and RSS; the by-verb and
+  by-component tables count their requests).
 
     llmfleet isolated -- python bench/control_plane_scale.py --services 20 --pods-per-service 2 \\
         [--baseline main] [--idle-seconds 60] [--resync-seconds 10] [--gateways 2] \\
@@ -85,6 +87,8 @@ Counts = Counter[tuple[str, str]]
 SMALL_NAMESPACE = "bench-small"
 SMALL_SERVICES = 10
 """The fleet the gateways' latency under load is compared with (the issue's "at 10 services")."""
+BASELINE_SETTLE_SECONDS = 20.0
+"""How long the baseline's gateways get to discover the fleet before the idle window."""
 IDLE_WINDOWS: list[tuple[float, float]] = []
 """Each `idle_rates` window in wall-clock time, in the order of the report's columns."""
 
@@ -282,6 +286,9 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
             if source is None and args.gateways:
                 columns[label] = with_gateways(kubeconfig, namespace, args, workdir=workdir,
                                                rows=rows, label=label)  # fmt: skip
+            elif args.gateways:
+                columns[label] = idle_gateways(kubeconfig, namespace, args, source,
+                                               workdir=workdir, rows=rows, label=label)  # fmt: skip
             else:
                 columns[label] = idle_rates(kubeconfig, idle)
             figure(rows, "operator CPU over the idle window [s]", label,
@@ -353,6 +360,8 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
         figure(rows, "gateways: CPU over the idle window [s]", label,
                each(f"{value:.1f}" for value in spent))  # fmt: skip
+        figure(rows, "gateways: peak RSS after the idle window [MiB]", label,
+               each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
         if args.changes:
             print(f"{args.changes} replica changes, one at a time ...", flush=True)
             before = [lag_buckets(r) for r in replicas]
@@ -384,6 +393,33 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         figure(rows, "gateways: largest event-loop lag [ms] (1st restarted)", label,
                each(f"{value:.1f}" for value in lag))  # fmt: skip
         figure(rows, "gateways: peak RSS [MiB] (1st restarted)", label,
+               each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
+        return rates
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+
+def idle_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace,
+                  source: Path | None, *, workdir: Path, rows: Rows,
+                  label: str) -> dict[tuple[str, str], float]:  # fmt: skip
+    """A commit's gateway replicas (the baseline's) beside its operator, for the idle window
+    only: its request rates (returned), the replicas' CPU and RSS. A gateway from before
+    issue 28 exports no discovered endpoints, so each gets `BASELINE_SETTLE_SECONDS` after its
+    /metrics first answers to discover the fleet, instead of a check."""
+    replicas = [Replica(kubeconfig, namespace, workdir / f"gateway-base-{i}.log", source)
+                for i in range(args.gateways)]  # fmt: skip
+    each = " / ".join
+    try:
+        wait("the baseline's gateways", lambda: all(r.metrics() for r in replicas), timeout=120,
+             every=1)  # fmt: skip
+        time.sleep(BASELINE_SETTLE_SECONDS)
+        cpu = [replica.cpu_seconds() for replica in replicas]
+        rates = idle_rates(kubeconfig, args.idle_seconds)
+        spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
+        figure(rows, "gateways: CPU over the idle window [s]", label,
+               each(f"{value:.1f}" for value in spent))  # fmt: skip
+        figure(rows, "gateways: peak RSS after the idle window [MiB]", label,
                each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
         return rates
     finally:
