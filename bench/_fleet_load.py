@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from _gateways import Replica, lag_buckets, lag_largest, p50_p99_ms
+from _gateways import Replica, gc_buckets, lag_buckets, lag_largest, p50_p99_ms
 from _load import LEAD_IN, OpenLoop, Request, arrivals, open_loop
 
 from llmfleet.core.cluster.local import POD_NETWORK
@@ -103,6 +103,8 @@ class UnderLoad:
     rate: float
     seconds: float
     lag_max_ms: list[str]
+    gc_max_ms: list[str]
+    """The longest full garbage collection, as `lag_max_ms` ("-": none ran)."""
     cpu_seconds: list[float]
     scrapes: list[float]
 
@@ -119,21 +121,28 @@ def under_load(replicas: list[Replica], models: list[str], rate: float,
                seconds: float) -> UnderLoad:  # fmt: skip
     """An open loop of `rate` requests/s for `seconds` through `replicas`, over `models`; each
     replica's largest event-loop lag during it (bucket bound), CPU and engine scrapes."""
-    before = [lag_buckets(replica) for replica in replicas]
+    texts = [replica.metrics() for replica in replicas]
+    before = [lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
+    gc_before = [gc_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
+    scraped = [_scrapes(t) for t in texts]
     cpu = [replica.cpu_seconds() for replica in replicas]
-    scraped = [_scrapes(replica) for replica in replicas]
     schedule = arrivals(rate, seconds, seed=3)
     urls = [f"http://127.0.0.1:{replica.port}" for replica in replicas]
     load = asyncio.run(open_loop(requests_for(urls, models, len(schedule)), schedule, False))
+    spent = [r.cpu_seconds() - cpu[i] for i, r in enumerate(replicas)]
+    texts = [replica.metrics() for replica in replicas]
     return UnderLoad(
         load=load, rate=rate, seconds=seconds,
-        lag_max_ms=[lag_largest(before[i], lag_buckets(r)) for i, r in enumerate(replicas)],
-        cpu_seconds=[r.cpu_seconds() - cpu[i] for i, r in enumerate(replicas)],
-        scrapes=[_scrapes(r) - scraped[i] for i, r in enumerate(replicas)],
+        lag_max_ms=[lag_largest(before[i], lag_buckets(r, texts[i]))
+                    for i, r in enumerate(replicas)],
+        gc_max_ms=[lag_largest(gc_before[i], gc_buckets(r, texts[i]))
+                   for i, r in enumerate(replicas)],
+        cpu_seconds=spent,
+        scrapes=[_scrapes(t) - scraped[i] for i, t in enumerate(texts)],
     )  # fmt: skip
 
 
-def _scrapes(replica: Replica) -> float:
-    """Engine scrapes the replica has started so far (every outcome)."""
-    return sum(float(line.split()[-1]) for line in replica.metrics().splitlines()
+def _scrapes(text: str) -> float:
+    """Engine scrapes a replica has started so far (every outcome), from its /metrics `text`."""
+    return sum(float(line.split()[-1]) for line in text.splitlines()
                if line.startswith("llmfleet_gateway_scrapes_total{"))  # fmt: skip

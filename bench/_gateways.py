@@ -213,21 +213,36 @@ def p50_p99_ms(values: list[float]) -> str:
 
 
 LAG = "llmfleet_gateway_event_loop_lag_seconds"
+GC_PAUSE = "llmfleet_gateway_gc_pause_seconds"
 
 
-def lag_buckets(replica: Replica) -> dict[float, float]:
+def lag_buckets(replica: Replica, text: str | None = None) -> dict[float, float]:
     """The loop-lag histogram's cumulative buckets now (upper bound -> samples)."""
+    return buckets(replica, f"{LAG}_bucket{{", text)
+
+
+def gc_buckets(replica: Replica, text: str | None = None) -> dict[float, float]:
+    """The full (generation 2) garbage collections' pause histogram, as `lag_buckets`."""
+    return buckets(replica, f'{GC_PAUSE}_bucket{{generation="2",', text)
+
+
+def buckets(replica: Replica, prefix: str, text: str | None = None) -> dict[float, float]:
+    """A histogram's cumulative buckets (upper bound -> samples) from the /metrics lines that
+    start with `prefix` (its name, `_bucket{` and any labels before `le`)."""
     found: dict[float, float] = {}
-    for line in replica.metrics().splitlines():
-        if line.startswith(f'{LAG}_bucket{{le="'):
+    for line in (replica.metrics() if text is None else text).splitlines():
+        if line.startswith(prefix + 'le="'):
             bound = line.split('le="')[1].split('"')[0]
             found[float("inf") if bound == "+Inf" else float(bound)] = float(line.split()[-1])
     return found
 
 
 def lag_largest(before: dict[float, float], after: dict[float, float]) -> str:
-    """The smallest bucket bound [ms] that holds every lag sampled between the two reads."""
+    """The smallest bucket bound [ms] that holds every sample between the two reads ("-":
+    none)."""
     total = after.get(float("inf"), 0.0) - before.get(float("inf"), 0.0)
+    if total <= 0:
+        return "-"  # nothing sampled between the reads (no full collection ran, say)
     for bound in sorted(after):
         if after[bound] - before.get(bound, 0.0) >= total:
             return "inf" if bound == float("inf") else f"{bound * 1000:g}"

@@ -450,6 +450,7 @@ def loaded(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, 
             figure(rows, f"{where}: sent", label, seen.sent())
             figure(rows, f"{where}: latency p50 / p99 [ms]", label, seen.latency_ms())
             figure(rows, f"{where}: event-loop lag max <= [ms]", label, each(seen.lag_max_ms))
+            figure(rows, f"{where}: full GC pause max <= [ms]", label, each(seen.gc_max_ms))
             figure(rows, f"{where}: gateway CPU [s]", label,
                    each(f"{value:.1f}" for value in seen.cpu_seconds))  # fmt: skip
             figure(rows, f"{where}: engine scrapes [/s]", label,
