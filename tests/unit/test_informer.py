@@ -173,6 +173,67 @@ def test_the_index_follows_adds_deletes_and_label_changes_and_each_change_is_tol
     assert sorted(told[3:]) == [("p3", "3", "3"), ("p4", "7", None)]
 
 
+def trimmed(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A transform: the object without its `spec`, marked as kept."""
+    return {**{key: value for key, value in item.items() if key != "spec"}, "kept": True}
+
+
+def whole(name: str, version: str, service: str | None) -> dict[str, Any]:
+    return {**labelled(name, version, service), "spec": {"big": name * 100}}
+
+
+def test_the_transform_is_applied_to_every_listed_and_watched_object_before_anyone_sees_it() -> (
+    None
+):
+    server = IndexServer(
+        [
+            {"type": "ADDED", "object": whole("p3", "3", "b")},
+            {"type": "MODIFIED", "object": whole("p1", "4", "b")},
+            {"type": "DELETED", "object": whole("p2", "5", "a")},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}},
+        ],
+        relisted=[whole("p1", "8", "b"), whole("p4", "7", None)],
+    )
+    server_list = server.list
+    sent: list[Mapping[str, Any]] = []
+
+    def listed() -> Mapping[str, Any]:
+        listing = dict(server_list())
+        listing["items"] = [whole(i["metadata"]["name"], i["metadata"]["resourceVersion"],
+                                  i["metadata"]["labels"].get("llmfleet.dev/service"))
+                            for i in listing["items"]]  # fmt: skip
+        sent.extend(listing["items"])
+        return listing
+
+    told: list[tuple[Mapping[str, Any], Mapping[str, Any] | None]] = []
+    informer = Informer("pods", listed, server.watch, retry_seconds=0.01, index=service_of,
+                        on_change=lambda item, before: told.append((item, before)),
+                        transform=trimmed)  # fmt: skip
+    informer.start()
+    try:
+        assert server.done.wait(10), "the scripted watches were not all consumed"
+    finally:
+        informer.stop()
+
+    # The cache and its index, after a LIST, a watch (add, change, delete) and a LIST again.
+    cached = informer.items()
+    assert sorted(item["metadata"]["name"] for item in cached) == ["p1", "p4"]
+    indexed = informer.indexed(("ns", "b"))
+    assert [item["metadata"]["resourceVersion"] for item in indexed] == ["8"]
+    # Each told object (and the one the cache held before it) is kept, deleted ones too.
+    assert len(told) == 6  # three events, then the LIST: p1 changed, p3 gone, p4 new
+    seen = [*cached, *indexed, *(item for pair in told for item in pair if item is not None)]
+    assert all(item.get("kept") is True and "spec" not in item for item in seen)
+    # The objects as the server sent them are not changed.
+    assert sent
+    assert all("spec" in item and "kept" not in item for item in sent)
+
+
+def test_client_informer_passes_the_transform_on() -> None:
+    informer = client_informer("pods", client.ApiClient(), lambda **_: None, transform=trimmed)
+    assert informer._transform is trimmed
+
+
 class IdleApiServer(BaseHTTPRequestHandler):
     """A pods endpoint on 127.0.0.1: a LIST of none, and a watch that sends its headers and
     then nothing (an idle watch) until the client goes or the test ends."""

@@ -12,6 +12,13 @@ An informer may keep an index (`index`: an object's key in it, None for none) an
 as last seen), and the object the cache held before (None for a new one), after the cache
 holds the change: a reader woken by `on_change` sees it.
 
+An informer may also `transform` each object before anything sees it (client-go's
+`SetTransform`): the object of every LIST item and of every ADDED, MODIFIED and DELETED event
+goes through it once, and the cache, the index and `on_change` hold only what it returns. A
+component keeps that way only the fields it reads (the operator: `operator/kept.py`); the
+transform must keep `metadata.namespace`, `name` and `resourceVersion`, which the informer
+itself reads.
+
 `stop` ends the thread promptly, an idle watch included: it sets the stop flag and calls
 `interrupt` (the client's watcher closes the open response's socket), so the blocked read
 returns at once instead of at the next event or the server's timeout.
@@ -38,6 +45,8 @@ Index = Callable[[Mapping[str, Any]], Hashable | None]
 """An object's key in an informer's index; None: not indexed."""
 OnChange = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
 """Told (the object, the object as the cache held it before or None)."""
+Transform = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""What of an object the informer keeps (a new object; the one given is not changed)."""
 Interrupt = Callable[[], None]
 """Called by `stop` from another thread: ends the watch in progress (its iterator stops or
 raises) and any later one at once."""
@@ -112,6 +121,7 @@ class Informer:
         index: Index | None = None,
         on_change: OnChange | None = None,
         interrupt: Interrupt | None = None,
+        transform: Transform | None = None,
     ) -> None:
         self.what = what
         self._interrupt = interrupt
@@ -119,6 +129,7 @@ class Informer:
         self._retry = retry_seconds
         self._index_of = index
         self._on_change = on_change
+        self._transform = transform
         self._objects: dict[Key, Mapping[str, Any]] = {}
         self._index: dict[Hashable, dict[Key, Mapping[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -186,10 +197,19 @@ class Informer:
                 self._index.setdefault(new, {})[key] = after
         return resumed, before
 
+    def _kept(self, event: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`event` with its object transformed (an object's event; not a BOOKMARK or ERROR)."""
+        if self._transform is None or event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+            return event
+        return {**event, "object": self._transform(event.get("object") or {})}
+
     def _relist(self) -> str:
         listing = self._list()
         self.lists += 1
-        fresh = {key_of(item): item for item in listing.get("items") or []}
+        version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        keep = self._transform
+        fresh = {key_of(item): keep(item) if keep else item for item in listing.get("items") or []}
+        del listing  # the whole objects go now, not after the callbacks below
         with self._lock:
             old, self._objects = self._objects, fresh
             self._reindex()
@@ -201,7 +221,7 @@ class Informer:
             for key in old.keys() | fresh.keys():
                 if _version(old.get(key)) != _version(fresh.get(key)):
                     self._on_change(fresh.get(key) or old[key], old.get(key))
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        return version
 
     def _run(self) -> None:
         version: str | None = None
@@ -210,7 +230,8 @@ class Informer:
             try:
                 if version is None:
                     version = self._relist()
-                for event in self._watch(version):
+                for raw in self._watch(version):
+                    event = self._kept(raw)
                     with self._lock:
                         resumed, before = self._indexed_event(event)
                     version = resumed or version
@@ -323,9 +344,11 @@ def client_informer(
     *,
     index: Index | None = None,
     on_change: OnChange | None = None,
+    transform: Transform | None = None,
 ) -> Informer:
     """An informer over a generated client's list method (not started); `stop` ends its watch
     at once."""
     watcher = ClientWatcher(api, call)
     return Informer(what, client_lister(api, call), watcher, index=index,
-                    on_change=on_change, interrupt=watcher.interrupt)  # fmt: skip
+                    on_change=on_change, interrupt=watcher.interrupt,
+                    transform=transform)  # fmt: skip
