@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from llmfleet.core.informer import PAGE_SIZE
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "tests" / "operator" / "cluster_objects.json"
 SERVICE_NAME = "svc-0000"
@@ -210,8 +212,7 @@ def transforms(variant: str) -> dict[str, Callable[[Mapping[str, Any]], Mapping[
     if variant == "whole":
         return dict.fromkeys(kinds)
     if variant.startswith("pod-without:"):
-        return {kind: _dropping(PARTS[variant.split(":", 1)[1]]) if kind == "Pod" else None
-                for kind in kinds}  # fmt: skip
+        return {"Pod": _dropping(PARTS[variant.split(":", 1)[1]])}  # the pods alone
     from llmfleet.operator import kept  # noqa: PLC0415
 
     interned = variant == "trimmed+interned"
@@ -235,6 +236,12 @@ def write_fleet(args: argparse.Namespace, into: Path) -> None:
     for kind, items in fleet(samples, args.services, args.pods_per_service).items():
         listing = {"kind": f"{kind}List", "metadata": {"resourceVersion": "1"}, "items": items}
         (into / f"{kind}.list.json").write_text(json.dumps(listing))
+        for number, first in enumerate(range(0, len(items), PAGE_SIZE)):
+            metadata = {"resourceVersion": "1"}
+            if first + PAGE_SIZE < len(items):
+                metadata["continue"] = str(number + 1)
+            page = {"metadata": metadata, "items": items[first : first + PAGE_SIZE]}
+            (into / f"{kind}.page{number}.json").write_text(json.dumps(page))
         with (into / f"{kind}.watch.jsonl").open("w") as events:
             for item in items:
                 events.write(json.dumps({"type": "ADDED", "object": item}) + "\n")
@@ -269,13 +276,16 @@ def _fed(kind: str, fleet: Path, delivery: str,
     WATCH, each document parsed as the client parses it), synced and stopped."""
     import threading  # noqa: PLC0415
 
-    from llmfleet.core.informer import Informer  # noqa: PLC0415
+    from llmfleet.core.informer import Informer, paged  # noqa: PLC0415
 
     done = threading.Event()
 
     def lister() -> Mapping[str, Any]:
         if delivery == "list":
             return dict(json.loads((fleet / f"{kind}.list.json").read_bytes()))
+        if delivery == "pages":
+            return paged(lambda token: json.loads((fleet / f"{kind}.page{token or 0}.json")
+                                                  .read_bytes()))  # fmt: skip
         return {"metadata": {"resourceVersion": "1"}, "items": []}
 
     def watcher(version: str) -> Iterator[Mapping[str, Any]]:
@@ -330,9 +340,13 @@ def sizes(samples: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+DELIVERIES = {"watch": "by WATCH:", "list": "one LIST:", "pages": f"LIST, {PAGE_SIZE} a page:"}
+"""How the objects come: one WATCH event each (the operator ran while the fleet was made),
+one LIST body (as the informer read a LIST before issue 28), or a LIST in pages (`paged`,
+as it reads one now): the last two as when the operator starts beside a running fleet."""
 VARIANTS = ("whole", "trimmed", "trimmed+interned")
-"""whole: no transform (the operator before issue 28's trim); trimmed: `kept.transform` without
-interning; trimmed+interned: as the operator keeps them (`kept.transform`)."""
+"""whole: no transform (the operator before this change); trimmed: `kept.transform` without
+interning; trimmed+interned: as the operator keeps them now (`kept.transform`)."""
 
 
 def _groups(retained: Mapping[str, float]) -> dict[str, float]:
@@ -359,29 +373,28 @@ def report(args: argparse.Namespace) -> None:
             "\nthe caches as the informers build them; each column a fresh process per "
             "delivery [MiB]"
         )
-        print(f"{'':<46}" + "".join(f"{v:>18}" for v in VARIANTS))
-        for delivery in ("watch", "list"):
+        print(f"{'':<40}" + "".join(f"{v:>18}" for v in VARIANTS))
+        for delivery, title in DELIVERIES.items():
             traced = {v: _run(args, v, delivery, trace=True) for v in VARIANTS}
             plain = {v: _run(args, v, delivery, trace=False) for v in VARIANTS}
-            label = f"by {delivery.upper()}:"
+            print(title)
             groups = {v: _groups(traced[v]["retained_mib"]) for v in VARIANTS}
-            rows = [(f"{label} retained, {group} (tracemalloc)",
-                     {v: groups[v][group] for v in VARIANTS})
+            if delivery == "watch":
+                pods_by_watch = groups["whole"]["pods"]
+            rows = [(f"  retained (tracemalloc): {group}", {v: groups[v][group] for v in VARIANTS})
                     for group in ("pods", "children", "InferenceServices", "all")]  # fmt: skip
             rows += [
-                (f"{label} RSS added (no tracemalloc)",
-                 {v: plain[v]["rss_mib"] for v in VARIANTS}),
-                (f"{label} peak RSS of the process",
-                 {v: plain[v]["peak_rss_mib"] for v in VARIANTS}),
-            ]  # fmt: skip
+                ("  RSS added (no tracemalloc)", {v: plain[v]["rss_mib"] for v in VARIANTS}),
+                ("  peak RSS of the process", {v: plain[v]["peak_rss_mib"] for v in VARIANTS}),
+            ]
             for name, cells in rows:
-                print(f"{name:<46}" + "".join(f"{cells[v]:>18.1f}" for v in VARIANTS))
+                print(f"{name:<40}" + "".join(f"{cells[v]:>18.1f}" for v in VARIANTS))
         print(f"(the process before building: {plain['whole']['base_rss_mib']:.0f} MiB RSS)")
         print(
             "\nwhat each part of the pods costs: the pods' cache by WATCH, whole, less the same "
             "without that part (tracemalloc) [MiB]"
         )
-        whole = _run(args, "whole", "watch", trace=True)["retained_mib"]["Pod"]
+        whole = pods_by_watch
         for part in PARTS:
             variant = f"pod-without:{part}"
             without = _run(args, variant, "watch", trace=True)["retained_mib"]["Pod"]

@@ -19,6 +19,9 @@ component keeps that way only the fields it reads (the operator: `operator/kept.
 transform must keep `metadata.namespace`, `name` and `resourceVersion`, which the informer
 itself reads.
 
+The client's LIST comes in pages (`PAGE_SIZE` objects each, `paged`), each page transformed
+before the next is read: a LIST of 10,000 pods never holds them all whole at once.
+
 `stop` ends the thread promptly, an idle watch included: it sets the stop flag and calls
 `interrupt` (the client's watcher closes the open response's socket), so the blocked read
 returns at once instead of at the next event or the server's timeout.
@@ -36,7 +39,11 @@ from typing import Any, cast
 log = logging.getLogger("llmfleet.informer")
 
 Lister = Callable[[], Mapping[str, Any]]
-"""LISTs the kind: the list object as JSON (`items`, `metadata.resourceVersion`)."""
+"""LISTs the kind: the list object as JSON (`items`, `metadata.resourceVersion`); `items` may
+be any iterable, read once (`paged`: the pages after the first are fetched as it is read)."""
+Page = Callable[[str | None], Mapping[str, Any]]
+"""Fetches one page of a LIST: the first for None, else the one a `metadata.continue` token
+names."""
 Watcher = Callable[[str], Iterable[Mapping[str, Any]]]
 """WATCHes the kind from a resourceVersion: raw events (`type`, `object`) until the server
 ends the watch; raises on an ERROR event (a status 410 for Gone)."""
@@ -51,6 +58,8 @@ Interrupt = Callable[[], None]
 """Called by `stop` from another thread: ends the watch in progress (its iterator stops or
 raises) and any later one at once."""
 
+PAGE_SIZE = 500
+"""Objects per page of a LIST (client-go's pager asks for as many)."""
 WATCH_SECONDS = 240
 """How long the API server keeps one watch open before ending it (the informer resumes)."""
 
@@ -264,18 +273,38 @@ def _checked(api: Any, response: Any) -> Any:
     return response
 
 
-def client_lister(api: Any, call: Callable[..., Any]) -> Lister:
-    """`call` (a generated client's list method, its arguments bound) as a `Lister` of raw
-    JSON: no models are built for the objects."""
+def paged(page: Page) -> Mapping[str, Any]:
+    """A LIST read page by page: the first page's metadata (its `resourceVersion` is the whole
+    list's) and every page's items, a page fetched once the one before has been read; a page
+    is let go as soon as the next is fetched. A continue token the API server no longer
+    serves (410 after etcd's compaction) raises from the iteration: the informer then LISTs
+    again."""
+    first = page(None)
 
-    def list_once() -> Mapping[str, Any]:
-        response = _checked(api, call(_preload_content=False))
+    def items(current: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+        while True:
+            yield from current.get("items") or []
+            token = (current.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            current = page(str(token))
+
+    return {"metadata": first.get("metadata") or {}, "items": items(first)}
+
+
+def client_lister(api: Any, call: Callable[..., Any], page_size: int = PAGE_SIZE) -> Lister:
+    """`call` (a generated client's list method, its arguments bound) as a `Lister` of raw
+    JSON, `page_size` objects a request (`paged`): no models are built for the objects."""
+
+    def one_page(token: str | None) -> Mapping[str, Any]:
+        more = {"_continue": token} if token else {}
+        response = _checked(api, call(limit=page_size, _preload_content=False, **more))
         try:
             return cast(Mapping[str, Any], json.loads(response.data))
         finally:
             response.release_conn()
 
-    return list_once
+    return lambda: paged(one_page)
 
 
 def _shut(response: Any) -> None:

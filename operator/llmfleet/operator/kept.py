@@ -19,8 +19,13 @@ the operator would apply (`drift.drifted`), and a pass reads its InferenceServic
 are kept whole but for `metadata.managedFields` (the API server's record of which manager set
 which field; nothing in the operator reads it, and it is a third to a half of a child).
 
-Strings repeated from one pod to the next (namespace, label and annotation keys and values,
-condition types and reasons, the owner's reference) are interned: one copy for every pod.
+Strings repeated from one object to the next are interned, one copy for all: of a pod, the
+namespace, label and annotation keys and values, condition types and reasons, the owner's
+reference; of a child or an InferenceService, every key and every string up to `SHORT`
+characters (a Deployment's image, command, paths and flags are the same for every service). A
+watch event is parsed on its own, so without this each object would hold its own copy of
+every key too. (At 1,000 services of 10 pods, `bench/operator_cache_memory.py`: the caches
+went from 806 MiB to 68 MiB of resident memory, of which interning saves about 50.)
 """
 
 from __future__ import annotations
@@ -96,9 +101,27 @@ def without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
+SHORT = 64
+"""Strings up to this long are interned in children: names, images, paths, flags repeat from
+one service's children to the next; longer ones (a ConfigMap's data) seldom do."""
+
+
+def interned_deep(value: Any) -> Any:
+    """`value` rebuilt with every key and every string up to `SHORT` long interned."""
+    if isinstance(value, Mapping):
+        return {sys.intern(k) if type(k) is str else k: interned_deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interned_deep(item) for item in value]
+    if type(value) is str and len(value) <= SHORT:
+        return sys.intern(value)
+    return value
+
+
 def transform(kind: str, *, intern: bool = True) -> Transform:
     """The informer's transform for objects of `kind` (a Pod, or any other kind the operator
     watches)."""
     if kind == "Pod":
         return lambda obj: pod(obj, intern=intern)
+    if intern:
+        return lambda obj: interned_deep(without_managed_fields(obj))
     return without_managed_fields
