@@ -319,7 +319,14 @@ def _run(args: argparse.Namespace, variant: str, delivery: str, trace: bool) -> 
     out = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"{variant}/{delivery}: {out.stderr.strip()[-2000:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    result = dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    samples = json.loads(SAMPLES.read_text())
+    wanted = {"Pod": args.services * args.pods_per_service, "InferenceService": args.services}
+    wanted |= {kind: args.services * len(items) for kind, items in samples["children"].items()}
+    held = result["objects"]
+    if any(held[kind] != wanted[kind] for kind in held):  # renamed objects would collapse
+        raise SystemExit(f"{variant}/{delivery}: the caches held {held}, not {wanted}")
+    return result
 
 
 def sizes(samples: Mapping[str, Any]) -> list[str]:
