@@ -7,14 +7,25 @@ import functools
 import json
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes import client
 
-from llmfleet.core.informer import Gone, Informer, Key, apply_event, client_informer, newest
+from llmfleet.core.informer import (
+    Gone,
+    Informer,
+    Key,
+    apply_event,
+    client_informer,
+    client_lister,
+    newest,
+    paged,
+)
 from tests.net import require_isolation
 
 
@@ -173,6 +184,67 @@ def test_the_index_follows_adds_deletes_and_label_changes_and_each_change_is_tol
     assert sorted(told[3:]) == [("p3", "3", "3"), ("p4", "7", None)]
 
 
+def trimmed(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A transform: the object without its `spec`, marked as kept."""
+    return {**{key: value for key, value in item.items() if key != "spec"}, "kept": True}
+
+
+def whole(name: str, version: str, service: str | None) -> dict[str, Any]:
+    return {**labelled(name, version, service), "spec": {"big": name * 100}}
+
+
+def test_the_transform_is_applied_to_every_listed_and_watched_object_before_anyone_sees_it() -> (
+    None
+):
+    server = IndexServer(
+        [
+            {"type": "ADDED", "object": whole("p3", "3", "b")},
+            {"type": "MODIFIED", "object": whole("p1", "4", "b")},
+            {"type": "DELETED", "object": whole("p2", "5", "a")},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}},
+        ],
+        relisted=[whole("p1", "8", "b"), whole("p4", "7", None)],
+    )
+    server_list = server.list
+    sent: list[Mapping[str, Any]] = []
+
+    def listed() -> Mapping[str, Any]:
+        listing = dict(server_list())
+        listing["items"] = [whole(i["metadata"]["name"], i["metadata"]["resourceVersion"],
+                                  i["metadata"]["labels"].get("llmfleet.dev/service"))
+                            for i in listing["items"]]  # fmt: skip
+        sent.extend(listing["items"])
+        return listing
+
+    told: list[tuple[Mapping[str, Any], Mapping[str, Any] | None]] = []
+    informer = Informer("pods", listed, server.watch, retry_seconds=0.01, index=service_of,
+                        on_change=lambda item, before: told.append((item, before)),
+                        transform=trimmed)  # fmt: skip
+    informer.start()
+    try:
+        assert server.done.wait(10), "the scripted watches were not all consumed"
+    finally:
+        informer.stop()
+
+    # The cache and its index, after a LIST, a watch (add, change, delete) and a LIST again.
+    cached = informer.items()
+    assert sorted(item["metadata"]["name"] for item in cached) == ["p1", "p4"]
+    indexed = informer.indexed(("ns", "b"))
+    assert [item["metadata"]["resourceVersion"] for item in indexed] == ["8"]
+    # Each told object (and the one the cache held before it) is kept, deleted ones too.
+    assert len(told) == 6  # three events, then the LIST: p1 changed, p3 gone, p4 new
+    seen = [*cached, *indexed, *(item for pair in told for item in pair if item is not None)]
+    assert all(item.get("kept") is True and "spec" not in item for item in seen)
+    # The objects as the server sent them are not changed.
+    assert sent
+    assert all("spec" in item and "kept" not in item for item in sent)
+
+
+def test_client_informer_passes_the_transform_on() -> None:
+    informer = client_informer("pods", client.ApiClient(), lambda **_: None, transform=trimmed)
+    assert informer._transform is trimmed
+
+
 class IdleApiServer(BaseHTTPRequestHandler):
     """A pods endpoint on 127.0.0.1: a LIST of none, and a watch that sends its headers and
     then nothing (an idle watch) until the client goes or the test ends."""
@@ -228,3 +300,85 @@ def test_stop_ends_an_idle_watch_at_once() -> None:
         IdleApiServer.finished.set()
         server.shutdown()
         server.server_close()
+
+
+class Held(dict[str, Any]):
+    """An object whose lifetime a test can follow (a weak reference)."""
+
+
+def test_a_paged_list_is_read_a_page_at_a_time_and_lets_each_page_go() -> None:
+    pages = {
+        None: ({"resourceVersion": "30", "continue": "b"}, ["p1", "p2"]),
+        "b": ({"resourceVersion": "30", "continue": "c"}, ["p3", "p4"]),
+        "c": ({"resourceVersion": "30"}, ["p5"]),
+    }
+    sent: list[weakref.ref[Held]] = []
+    fetched: list[tuple[str | None, int]] = []
+
+    def page(token: str | None) -> Mapping[str, Any]:
+        alive = sum(1 for ref in sent if ref() is not None)
+        fetched.append((token, alive))
+        metadata, names = pages[token]
+        items = [Held(obj(name, "30", spec="x" * 100)) for name in names]
+        sent.extend(weakref.ref(item) for item in items)
+        return {"metadata": metadata, "items": items}
+
+    informer = Informer("pods", lambda: paged(page), lambda version: iter(()),
+                        transform=trimmed)  # fmt: skip
+    assert informer._relist() == "30"
+    assert sorted(item["metadata"]["name"] for item in informer.items()) == [
+        "p1", "p2", "p3", "p4", "p5"]  # fmt: skip
+    # Each page fetched once the one before was read, with no whole object of the pages
+    # before that one still alive (the cache holds the transformed ones).
+    assert fetched == [(None, 0), ("b", 2), ("c", 2)]
+    assert all(ref() is None for ref in sent)
+
+
+class PagedApiServer(BaseHTTPRequestHandler):
+    """A pods LIST on 127.0.0.1 served two objects a page, as the `limit` and `continue` of
+    each request ask; records the queries."""
+
+    queries: list[dict[str, list[str]]] = []
+
+    def do_GET(self) -> None:
+        query = parse_qs(urlsplit(self.path).query)
+        type(self).queries.append(query)
+        start = int(query.get("continue", ["0"])[0])
+        limit = int(query["limit"][0])
+        names = [f"p{n}" for n in range(5)][start : start + limit]
+        metadata = {"resourceVersion": "9"}
+        if start + limit < 5:
+            metadata["continue"] = str(start + limit)
+        body = json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": metadata,
+                           "items": [obj(name, "9") for name in names]}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_client_lister_asks_for_pages() -> None:
+    require_isolation()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), PagedApiServer)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    api = client.ApiClient(configuration)
+    try:
+        lister = client_lister(
+            api, functools.partial(client.CoreV1Api(api).list_namespaced_pod, "ns"), page_size=2
+        )
+        listing = lister()
+        names = [item["metadata"]["name"] for item in listing["items"]]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert names == ["p0", "p1", "p2", "p3", "p4"]
+    assert listing["metadata"]["resourceVersion"] == "9"
+    asked = [(q["limit"], q.get("continue")) for q in PagedApiServer.queries]
+    assert asked == [(["2"], None), (["2"], ["2"]), (["2"], ["4"])]

@@ -12,6 +12,16 @@ An informer may keep an index (`index`: an object's key in it, None for none) an
 as last seen), and the object the cache held before (None for a new one), after the cache
 holds the change: a reader woken by `on_change` sees it.
 
+An informer may also `transform` each object before anything sees it (client-go's
+`SetTransform`): the object of every LIST item and of every ADDED, MODIFIED and DELETED event
+goes through it once, and the cache, the index and `on_change` hold only what it returns. A
+component keeps that way only the fields it reads (the operator: `operator/kept.py`); the
+transform must keep `metadata.namespace`, `name` and `resourceVersion`, which the informer
+itself reads.
+
+The client's LIST comes in pages (`PAGE_SIZE` objects each, `paged`), each page transformed
+before the next is read: a LIST of 10,000 pods never holds them all whole at once.
+
 `stop` ends the thread promptly, an idle watch included: it sets the stop flag and calls
 `interrupt` (the client's watcher closes the open response's socket), so the blocked read
 returns at once instead of at the next event or the server's timeout.
@@ -29,7 +39,11 @@ from typing import Any, cast
 log = logging.getLogger("llmfleet.informer")
 
 Lister = Callable[[], Mapping[str, Any]]
-"""LISTs the kind: the list object as JSON (`items`, `metadata.resourceVersion`)."""
+"""LISTs the kind: the list object as JSON (`items`, `metadata.resourceVersion`); `items` may
+be any iterable, read once (`paged`: the pages after the first are fetched as it is read)."""
+Page = Callable[[str | None], Mapping[str, Any]]
+"""Fetches one page of a LIST: the first for None, else the one a `metadata.continue` token
+names."""
 Watcher = Callable[[str], Iterable[Mapping[str, Any]]]
 """WATCHes the kind from a resourceVersion: raw events (`type`, `object`) until the server
 ends the watch; raises on an ERROR event (a status 410 for Gone)."""
@@ -38,10 +52,14 @@ Index = Callable[[Mapping[str, Any]], Hashable | None]
 """An object's key in an informer's index; None: not indexed."""
 OnChange = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
 """Told (the object, the object as the cache held it before or None)."""
+Transform = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""What of an object the informer keeps (a new object; the one given is not changed)."""
 Interrupt = Callable[[], None]
 """Called by `stop` from another thread: ends the watch in progress (its iterator stops or
 raises) and any later one at once."""
 
+PAGE_SIZE = 500
+"""Objects per page of a LIST (client-go's pager asks for as many)."""
 WATCH_SECONDS = 240
 """How long the API server keeps one watch open before ending it (the informer resumes)."""
 
@@ -112,6 +130,7 @@ class Informer:
         index: Index | None = None,
         on_change: OnChange | None = None,
         interrupt: Interrupt | None = None,
+        transform: Transform | None = None,
     ) -> None:
         self.what = what
         self._interrupt = interrupt
@@ -119,6 +138,7 @@ class Informer:
         self._retry = retry_seconds
         self._index_of = index
         self._on_change = on_change
+        self._transform = transform
         self._objects: dict[Key, Mapping[str, Any]] = {}
         self._index: dict[Hashable, dict[Key, Mapping[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -186,10 +206,19 @@ class Informer:
                 self._index.setdefault(new, {})[key] = after
         return resumed, before
 
+    def _kept(self, event: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`event` with its object transformed (an object's event; not a BOOKMARK or ERROR)."""
+        if self._transform is None or event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+            return event
+        return {**event, "object": self._transform(event.get("object") or {})}
+
     def _relist(self) -> str:
         listing = self._list()
         self.lists += 1
-        fresh = {key_of(item): item for item in listing.get("items") or []}
+        version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        keep = self._transform
+        fresh = {key_of(item): keep(item) if keep else item for item in listing.get("items") or []}
+        del listing  # the whole objects go now, not after the callbacks below
         with self._lock:
             old, self._objects = self._objects, fresh
             self._reindex()
@@ -201,7 +230,7 @@ class Informer:
             for key in old.keys() | fresh.keys():
                 if _version(old.get(key)) != _version(fresh.get(key)):
                     self._on_change(fresh.get(key) or old[key], old.get(key))
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        return version
 
     def _run(self) -> None:
         version: str | None = None
@@ -210,7 +239,8 @@ class Informer:
             try:
                 if version is None:
                     version = self._relist()
-                for event in self._watch(version):
+                for raw in self._watch(version):
+                    event = self._kept(raw)
                     with self._lock:
                         resumed, before = self._indexed_event(event)
                     version = resumed or version
@@ -243,18 +273,38 @@ def _checked(api: Any, response: Any) -> Any:
     return response
 
 
-def client_lister(api: Any, call: Callable[..., Any]) -> Lister:
-    """`call` (a generated client's list method, its arguments bound) as a `Lister` of raw
-    JSON: no models are built for the objects."""
+def paged(page: Page) -> Mapping[str, Any]:
+    """A LIST read page by page: the first page's metadata (its `resourceVersion` is the whole
+    list's) and every page's items, a page fetched once the one before has been read; a page
+    is let go as soon as the next is fetched. A continue token the API server no longer
+    serves (410 after etcd's compaction) raises from the iteration: the informer then LISTs
+    again."""
+    first = page(None)
 
-    def list_once() -> Mapping[str, Any]:
-        response = _checked(api, call(_preload_content=False))
+    def items(current: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+        while True:
+            yield from current.get("items") or []
+            token = (current.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            current = page(str(token))
+
+    return {"metadata": first.get("metadata") or {}, "items": items(first)}
+
+
+def client_lister(api: Any, call: Callable[..., Any], page_size: int = PAGE_SIZE) -> Lister:
+    """`call` (a generated client's list method, its arguments bound) as a `Lister` of raw
+    JSON, `page_size` objects a request (`paged`): no models are built for the objects."""
+
+    def one_page(token: str | None) -> Mapping[str, Any]:
+        more = {"_continue": token} if token else {}
+        response = _checked(api, call(limit=page_size, _preload_content=False, **more))
         try:
             return cast(Mapping[str, Any], json.loads(response.data))
         finally:
             response.release_conn()
 
-    return list_once
+    return lambda: paged(one_page)
 
 
 def _shut(response: Any) -> None:
@@ -323,9 +373,11 @@ def client_informer(
     *,
     index: Index | None = None,
     on_change: OnChange | None = None,
+    transform: Transform | None = None,
 ) -> Informer:
     """An informer over a generated client's list method (not started); `stop` ends its watch
     at once."""
     watcher = ClientWatcher(api, call)
     return Informer(what, client_lister(api, call), watcher, index=index,
-                    on_change=on_change, interrupt=watcher.interrupt)  # fmt: skip
+                    on_change=on_change, interrupt=watcher.interrupt,
+                    transform=transform)  # fmt: skip

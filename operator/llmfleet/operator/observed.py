@@ -55,8 +55,8 @@ class ObservedChild:
     data: Mapping[str, str] = field(default_factory=dict)
     """A ConfigMap's data (empty for other kinds)."""
     body: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
-    """The object as the API server stored it (what `drift.drifted` compares a manifest
-    with); None when not kept."""
+    """The object as the API server stored it, but for `metadata.managedFields` (`kept.py`):
+    what `drift.drifted` compares a manifest with; None when not kept."""
 
     @property
     def pool(self) -> str | None:

@@ -11,6 +11,10 @@ watch has not brought that write yet), and, indexed by the model name they serve
 else claims its name (`claims`); a claimant that comes, goes or renames wakes the others. The
 operator's namespaces are watched one by one (a Role is enough), all of them when it has none
 or when one is a pattern.
+
+Every informer keeps only what the operator reads of its objects (`kept.py`: of a pod, a few
+fields; of a child or an InferenceService, all but `metadata.managedFields`), and so does the
+copy of an object as the operator's own write returned it (`wrote`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from llmfleet.core.informer import (
 from llmfleet.crds import API_VERSION, KIND, PLURAL
 from llmfleet.crds import labels as L
 from llmfleet.crds.claims import claim_order, served_name
+from llmfleet.operator.kept import transform
 
 log = logging.getLogger("llmfleet.operator")
 
@@ -47,8 +52,9 @@ _CORE = {"Pod": "pod", "ConfigMap": "config_map", "Service": "service"}
 """The core kinds' names in `CoreV1Api`'s list methods (other groups go through
 `CustomObjectsApi`, which takes any group's plural)."""
 InformerFactory = Callable[..., Informer]
-"""Makes an informer: `(what, call=..., index=..., on_change=...)`, `call` a bound list method
-of the Kubernetes client (`client_informer`; tests give informers over a fake server)."""
+"""Makes an informer: `(what, call=..., index=..., on_change=..., transform=...)`, `call` a
+bound list method of the Kubernetes client (`client_informer`; tests give informers over a fake
+server)."""
 Wake = Callable[[str, str], None]
 """Wakes the loop of the service (namespace, name) an object belongs to."""
 
@@ -116,7 +122,7 @@ class Watched:
                 )  # fmt: skip
                 found = [
                     self._informer(self._plurals[kind[1]], call=call, index=index,
-                                   on_change=changed)
+                                   on_change=changed, transform=transform(kind[1]))
                     for call in self._calls(kind)
                 ]  # fmt: skip
                 for informer in found:
@@ -236,7 +242,9 @@ class Watched:
         return chosen
 
     def wrote(self, kind: Kind, obj: Mapping[str, Any]) -> None:
-        """An object of `kind` as a write of this operator returned it."""
+        """An object of `kind` as a write of this operator returned it (kept as the watch's
+        copies are, `kept.py`)."""
+        obj = transform(kind[1])(obj)
         with self._lock:
             self._written.setdefault(kind, {})[key_of(obj)] = obj
 
