@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from llmfleet.gateway.kube_discovery import Changes, KubeDiscovery, Specs, changes, snapshot
+from llmfleet.crds import labels as L
+from llmfleet.gateway.kube_discovery import (
+    Changes,
+    KubeDiscovery,
+    Specs,
+    changes,
+    kept_service,
+    kept_slice,
+    snapshot,
+)
 
 
 def service(name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -113,9 +122,15 @@ PD = {"model": {"name": "org/big"}, "topology": {
         ),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("kept", [False, True], ids=["whole", "kept"])
 def test_snapshot(
-    services: list[dict[str, Any]], slices: list[dict[str, Any]], expected: dict[str, Any]
+    services: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    expected: dict[str, Any],
+    kept: bool,
 ) -> None:
+    if kept:  # what the informers keep gives the same snapshot
+        services, slices = [kept_service(o) for o in services], [kept_slice(o) for o in slices]
     found = snapshot(services, slices)
     assert {model: {role: pool.endpoints for role, pool in svc.pools.items()}
             for model, svc in found.items()} == expected  # fmt: skip
@@ -337,3 +352,52 @@ def test_stop_ends_a_loop_that_lost_a_cancel() -> None:
         assert loop.cancelled()
 
     asyncio.run(scenario())
+
+
+def _as_the_api_server_sends(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """`obj` with what the API server adds and discovery never reads."""
+    whole = {"apiVersion": "v1", "kind": kind, **obj}
+    whole["metadata"] = {**obj["metadata"], "uid": "u-1", "resourceVersion": "7",
+                         "creationTimestamp": "2026-11-28T00:00:00Z", "generation": 1,
+                         "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}],
+                         "annotations": {"a": "b"}}  # fmt: skip
+    return whole
+
+
+def test_what_discovery_keeps_of_whole_objects_gives_their_snapshot() -> None:
+    """Whole objects, as the API server sends them (a canary under way, endpoints with
+    targetRefs, nodes, zones and hints), and what the informers keep of them: one snapshot."""
+    status = {"revision": "abc", "observedGeneration": 1, "conditions": [{"type": "Ready"}],
+              "canary": {"phase": "Progressing", "weight": 20, "revision": "def"}}  # fmt: skip
+    services = [{**_as_the_api_server_sends(service("llama", UNIFIED), "InferenceService"),
+                 "status": status}]  # fmt: skip
+    slices = []
+    canary_pool = L.revision_child_name("llama", "unified", "def")
+    for name, ip in (("llama-unified", "10.0.0.1"), (canary_pool, "10.0.0.2")):
+        serving = endpoint_slice(name, (ip, True, False), ("10.0.0.3", False, False))
+        whole = _as_the_api_server_sends(serving, "EndpointSlice")
+        whole["addressType"] = "IPv4"
+        whole["ports"] = [{"name": "metrics", "port": 9090}, {"name": "http", "port": 8000}]
+        for endpoint in whole["endpoints"]:
+            endpoint.update(nodeName="n1", zone="z", hints={"forZones": [{"name": "z"}]},
+                            targetRef={"kind": "Pod", "name": "p", "uid": "x"})  # fmt: skip
+            endpoint["conditions"]["serving"] = True
+        slices.append(whole)
+    kept_services = [kept_service(o) for o in services]
+    kept_slices = [kept_slice(o) for o in slices]
+    assert snapshot(kept_services, kept_slices) == snapshot(services, slices)
+    llama = snapshot(services, slices)["llama"]
+    assert llama.canary is not None  # the case reads the canary's status and pools
+    assert llama.pools["unified"].endpoints == ("http://10.0.0.1:8000",)
+    assert "managedFields" not in kept_services[0]["metadata"]
+    assert kept_services[0]["status"] == {"revision": "abc", "canary": status["canary"]}
+    assert kept_slices[0]["endpoints"][0] == {
+        "addresses": ["10.0.0.1"],
+        "conditions": {"ready": True, "terminating": False},
+    }
+    assert kept_slices[0]["metadata"] == {
+        "namespace": "ns",
+        "resourceVersion": "7",
+        "labels": {"kubernetes.io/service-name": "llama-unified"},
+    }
+    assert llama.canary.service.pools["unified"].endpoints == ("http://10.0.0.2:8000",)

@@ -42,7 +42,7 @@ from llmfleet.gateway import openai_request
 from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery, for_session
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
-from llmfleet.gateway.gc_pauses import PauseRecorder, freeze_startup_heap
+from llmfleet.gateway.gc_pauses import PauseRecorder, became_ready, freeze_startup_heap
 from llmfleet.gateway.keys_reload import KeysReloader
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from llmfleet.gateway.kube_secrets import read_keys_secret
@@ -133,6 +133,16 @@ def _upstream_from(
     return HttpxUpstream(client, connect_timeout=connect)
 
 
+async def _freeze_when_discovered(source: Discovery) -> None:
+    """The heap frozen once more with the fleet discovery found (`gc_pauses`)."""
+    if not await became_ready(source.ready):
+        return
+    started = time.perf_counter()
+    frozen = freeze_startup_heap()
+    log.info("froze %d objects with the discovered fleet out of the garbage collector's way "
+             "(%.0f ms)", frozen, (time.perf_counter() - started) * 1000)  # fmt: skip
+
+
 def create_app(
     settings: GatewaySettings,
     *,
@@ -184,9 +194,11 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await source.start()
         scraping = asyncio.create_task(scraper.forever())
+        freezing = None
         if settings.freeze_startup_heap:
             frozen = freeze_startup_heap()
             log.info("froze %d start-up objects out of the garbage collector's way", frozen)
+            freezing = asyncio.create_task(_freeze_when_discovered(source))
         pauses.start()
         lag = LoopLag.started(metrics.loop_lag, metrics.loop_lag_max)
         reloading = (
@@ -197,6 +209,7 @@ def create_app(
         try:
             yield
         finally:
+            await cancel_and_wait(freezing)
             await cancel_and_wait(reloading)
             pauses.stop()
             await lag.stop()

@@ -5,16 +5,16 @@ exactly the endpoints that may receive new requests: a promoted spare appears, a
 disappears, without the gateway knowing about spares at all.
 
 `snapshot()` is pure (objects in, services out); `kubernetes_lister` keeps both kinds in memory
-by watches (`llmfleet.core.informer`: a LIST, then a WATCH resumed from its resourceVersion, a
-new LIST on 410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory (no API
-request) when the watches saw a change: woken by the informers (`Changes`), after
-`SETTLE_SECONDS` so that a burst of events makes one rebuild, parsing each spec once per
-generation, in a worker thread, and swaps it in one assignment, so `services()` stays a cheap
-read on every request. With nothing changed nothing is rebuilt (the snapshot is a function of the
-objects alone), so an idle fleet costs no work however large; a lister without `changes` (a
-static one, in tests) is re-read every `interval` seconds instead. A conflict (two services
-claiming one model name) or an invalid spec is logged when it appears and when it ends, not on
-every pass.
+(only the fields `snapshot` reads: `kept_service`, `kept_slice`) by watches
+(`llmfleet.core.informer`: a LIST, then a WATCH resumed from its resourceVersion, a new LIST on
+410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory (no API request) when the
+watches saw a change: woken by the informers (`Changes`), after `SETTLE_SECONDS` so that a burst
+of events makes one rebuild, parsing each spec once per generation, in a worker thread, and
+swaps it in one assignment, so `services()` stays a cheap read on every request. With nothing
+changed nothing is rebuilt (the snapshot is a function of the objects alone), so an idle fleet
+costs no work however large; a lister without `changes` (a static one, in tests) is re-read
+every `interval` seconds instead. A conflict (two services claiming one model name) or an
+invalid spec is logged when it appears and when it ends, not on every pass.
 """
 
 from __future__ import annotations
@@ -59,6 +59,44 @@ def _ready_urls(slices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
             if conditions.get("ready", True) and not conditions.get("terminating", False):
                 urls.update(f"http://{address}:{port}" for address in endpoint["addresses"][:1])
     return tuple(sorted(urls))
+
+
+def kept_service(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What discovery keeps of an InferenceService (the informer's transform): its metadata
+    without managedFields, its spec, and of its status the revision and canary `snapshot`
+    reads. A full garbage collection walks every object kept, so what is not read is not kept
+    (`gc_pauses`)."""
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    status = obj.get("status") or {}
+    return {
+        "metadata": metadata,
+        "spec": obj.get("spec"),
+        "status": {k: status[k] for k in ("revision", "canary") if k in status},
+    }
+
+
+def kept_slice(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What discovery keeps of an EndpointSlice: the metadata the informer and `snapshot` read
+    (namespace, name, resourceVersion, the owning Service's label), its ports' names and
+    numbers, and of each endpoint its first address and ready and terminating conditions
+    (`_ready_urls`); not its managedFields, targetRefs, nodes, zones or hints."""
+    metadata = obj.get("metadata") or {}
+    owner = (metadata.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    endpoints = []
+    for endpoint in obj.get("endpoints") or []:
+        conditions = endpoint.get("conditions") or {}
+        endpoints.append({
+            "addresses": list(endpoint.get("addresses") or [])[:1],
+            "conditions": {k: conditions[k] for k in ("ready", "terminating") if k in conditions},
+        })  # fmt: skip
+    return {
+        "metadata": {
+            **{k: metadata[k] for k in ("namespace", "name", "resourceVersion") if k in metadata},
+            "labels": {SERVICE_NAME_LABEL: owner} if owner else {},
+        },
+        "ports": [{"name": p.get("name"), "port": p.get("port")} for p in obj.get("ports") or []],
+        "endpoints": endpoints,
+    }
 
 
 class Specs:
@@ -272,8 +310,11 @@ def kubernetes_lister(
         )
     changes = Changes()
     informers = [
-        client_informer(what, api, call, on_change=changes)
-        for what, call in (("inferenceservices", services), ("endpointslices", slices))
+        client_informer(what, api, call, on_change=changes, transform=keep)
+        for what, call, keep in (
+            ("inferenceservices", services, kept_service),
+            ("endpointslices", slices, kept_slice),
+        )
     ]
     return WatchedLister(informers, sync_timeout, changes)
 
