@@ -3,19 +3,27 @@ its one error message."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from llmfleet.autoscaler.goodput import LatencyHistogram
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.autoscaler.signals import (
+    Chunk,
     PoolKey,
     PrometheusSignals,
     QueryOptions,
     SignalsUnavailable,
+    chunks,
     combined_query,
     matchers,
     parse,
@@ -38,6 +46,70 @@ M = 'llmfleet_dev_service!=""'
 )
 def test_matchers(namespace: str | None, service: str | None, expected: str) -> None:
     assert matchers(namespace, service) == expected
+
+
+@pytest.mark.parametrize(
+    ("services", "expected"),
+    [
+        pytest.param(["a"], f'{M},llmfleet_dev_service=~"a"', id="one"),
+        pytest.param(["svc-1", "svc-2"], f'{M},llmfleet_dev_service=~"svc-1|svc-2"', id="two"),
+        # RE2's specials escaped (a name is a DNS subdomain: '.' is the one it may hold), then
+        # the backslash escaped for the PromQL string.
+        pytest.param(["a.b", "c"], f'{M},llmfleet_dev_service=~"a\\\\.b|c"', id="dot"),
+        pytest.param(["a|b*"], f'{M},llmfleet_dev_service=~"a\\\\|b\\\\*"', id="specials"),
+    ],
+)
+def test_a_service_regex_matches_the_names_alone(services: list[str], expected: str) -> None:
+    assert matchers(services=services) == expected
+
+
+def ns(name: str) -> str:
+    return matchers(name)
+
+
+def regex(name: str, *services: str) -> str:
+    return matchers(name, services=services)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "size", "expected"),
+    [
+        pytest.param([], 2, [], id="none"),
+        pytest.param(
+            [("a", "x"), ("a", "y")], 2, [Chunk(ns("a"), (("a", "x"), ("a", "y")))],
+            id="fits-one-namespace",
+        ),
+        pytest.param(
+            [("b", "y"), ("a", "x")], 2, [Chunk(M, (("a", "x"), ("b", "y")))],
+            id="fits-every-namespace",
+        ),
+        pytest.param(
+            [("a", n) for n in "edcba"], 2,
+            [
+                Chunk(regex("a", "a", "b"), (("a", "a"), ("a", "b"))),
+                Chunk(regex("a", "c", "d"), (("a", "c"), ("a", "d"))),
+                Chunk(regex("a", "e"), (("a", "e"),)),
+            ],
+            id="runs-in-name-order",
+        ),
+        pytest.param(
+            [("b", "p"), ("a", "x"), ("b", "q"), ("b", "r")], 2,
+            [
+                Chunk(ns("a"), (("a", "x"),)),
+                Chunk(regex("b", "p", "q"), (("b", "p"), ("b", "q"))),
+                Chunk(regex("b", "r"), (("b", "r"),)),
+            ],
+            id="a-namespace-that-fits-by-its-name-alone",
+        ),
+    ],
+)  # fmt: skip
+def test_chunks(wanted: list[tuple[str, str]], size: int, expected: list[Chunk]) -> None:
+    assert chunks(wanted, size) == expected
+
+
+def test_chunks_of_nothing_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        chunks([("a", "x")], 0)
 
 
 QUERIES = signal_queries(
@@ -246,3 +318,80 @@ def test_an_unreachable_prometheus_is_one_short_cause() -> None:
     with pytest.raises(SignalsUnavailable) as raised:
         PrometheusSignals(url, timeout_s=2).read_all()
     assert str(raised.value) == f"Prometheus at {url}: [Errno 111] Connection refused"
+
+
+class _Stub(BaseHTTPRequestHandler):
+    """A Prometheus that answers each service a query selects by name with a fresh pool, and
+    a query that selects `broken` with an error."""
+
+    services: ClassVar[list[str]] = []
+    queries: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        query = parse_qs(urlsplit(self.path).query)["query"][0]
+        type(self).queries.append(query)
+        named = re.search(r'llmfleet_dev_service=~"([^"]*)"', query)
+        selected = named.group(1).split("|") if named else self.services
+        if "broken" in selected:
+            self.send_response(503)
+            self.end_headers()
+            return
+        result = [sample("unified", "observed_at", str(T), service=name) for name in selected]
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def stub() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("services", "size", "queries", "failed"),
+    [
+        pytest.param(["a", "b", "c"], 3, 1, [], id="one-query"),
+        pytest.param(["a", "b", "c", "d", "e"], 2, 3, [], id="three-chunks"),
+        pytest.param(["a", "b", "broken", "d", "e"], 2, 3, ["broken", "d"], id="a-chunk-fails"),
+    ],
+)
+def test_read_services_reads_in_chunks_and_a_failed_chunk_fails_its_services_alone(
+    stub: str, services: list[str], size: int, queries: int, failed: list[str]
+) -> None:
+    _Stub.services, _Stub.queries = services, []
+    signals = PrometheusSignals(stub, chunk_services=size, concurrency=2)
+    try:
+        read = signals.read_services({("ns", name): ["unified"] for name in services})
+    finally:
+        signals.close()
+    assert len(_Stub.queries) == queries
+    assert sorted(read) == [("ns", name) for name in sorted(services)]
+    for (_, name), found in read.items():
+        if name in failed:
+            assert isinstance(found, SignalsUnavailable)
+            assert "503" in str(found)
+        else:
+            assert found == {"unified": PoolSignals(AT, 0.0, 0.0, 0.0, 0.0)}
+
+
+def test_read_services_raises_when_every_chunk_fails(stub: str) -> None:
+    _Stub.services, _Stub.queries = ["broken"], []
+    signals = PrometheusSignals(stub, chunk_services=1)
+    try:
+        with pytest.raises(SignalsUnavailable, match="503"):
+            signals.read_services({("ns", "broken"): ["unified"]})
+    finally:
+        signals.close()

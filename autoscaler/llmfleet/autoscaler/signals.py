@@ -1,4 +1,5 @@
-"""Every pool's `PoolSignals` from Prometheus (DESIGN.md §7), in one PromQL query per pass.
+"""Every pool's `PoolSignals` from Prometheus (DESIGN.md §7), in one PromQL query per chunk of
+services (one query per pass up to `chunk_services` services).
 
 Label contract. The engines' series carry `namespace`, `llmfleet_dev_service` and
 `llmfleet_dev_pool`: the ServiceMonitor's `podTargetLabels` (`llmfleet.dev/service`,
@@ -8,7 +9,16 @@ Metric names are vLLM's (llm-d-inference-sim exports the same names).
 One query, one HTTP call. Each signal is one PromQL expression aggregated by
 (namespace, service, pool); `label_replace` tags its result with `llmfleet_signal="<field>"` and
 `or` joins them all, so one `/api/v1/query` returns every signal of every pool of every service
-(or of one namespace / service), all evaluated at the same instant.
+(or of one namespace / service / chunk of services), all evaluated at the same instant.
+
+Chunks. Prometheus evaluates one query on one core, in time about proportional to the series it
+selects (~29 per engine pod), so at 1,000 services x 10 pods one query of the whole fleet took
+4-7 s on 2 cores and ran into the 5 s timeout. A full pass of more than `chunk_services`
+services (100) asks `chunks()`: per namespace, runs of that many services selected by a regex
+of their names, `concurrency` (2) at once, each with its own `timeout_s`; a chunk that fails
+holds only its services' pools. Measured: `bench/autoscaler_query_scale.py`,
+`bench/results/issue28-autoscaler-query-scale.txt`. The chunks of one pass are evaluated at
+slightly different instants (within the pass), which no decision compares across services.
 
 Meaning of each field, and what absence means (`PoolSignals` documents units):
 - a pool is present when its engines' `vllm:num_requests_running` gauge is; otherwise it is
@@ -74,7 +84,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -144,14 +155,70 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def matchers(namespace: str | None = None, service: str | None = None) -> str:
-    """The label matchers every engine series is selected with (pure)."""
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def _literal(value: str) -> str:
+    """`value` as an RE2 pattern that matches it alone (Prometheus anchors every regex)."""
+    return _RE2_SPECIAL.sub(r"\\\1", value)
+
+
+def matchers(
+    namespace: str | None = None,
+    service: str | None = None,
+    services: Sequence[str] | None = None,
+) -> str:
+    """The label matchers every engine series is selected with (pure): of one namespace, one
+    service, and/or any of `services` (one regex of their names)."""
     parts = [f'{SERVICE_LABEL}!=""']
     if namespace is not None:
         parts.append(f"{NAMESPACE_LABEL}={_quote(namespace)}")
     if service is not None:
         parts.append(f"{SERVICE_LABEL}={_quote(service)}")
+    if services is not None:
+        parts.append(f"{SERVICE_LABEL}=~{_quote('|'.join(_literal(s) for s in services))}")
     return ",".join(parts)
+
+
+ServiceKey = tuple[str, str]
+"""(namespace, name) of an InferenceService."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One query of a full pass: the series `match` selects, and the services it answers for."""
+
+    match: str
+    services: tuple[ServiceKey, ...]
+
+
+def chunks(wanted: Iterable[ServiceKey], size: int) -> list[Chunk]:
+    """The full pass's queries for `wanted`, each for at most `size` services (pure).
+
+    Up to `size` services in all: one query, of their namespace when they share one, else of
+    every namespace (a name matcher would only add work). More: per namespace, in name order,
+    runs of `size` services, each selected by one regex of its names; a namespace that fits in
+    one run is selected by its namespace alone. A query reads every pool of the services it
+    selects, so the split bounds each query's series (and its time, against the client's
+    timeout) by the services in it, not by the fleet."""
+    if size < 1:
+        raise ValueError(f"size must be at least 1, got {size}")
+    keys = sorted(set(wanted))
+    if len(keys) <= size:
+        namespaces = {namespace for namespace, _ in keys}
+        one = namespaces.pop() if len(namespaces) == 1 else None
+        return [Chunk(matchers(one), tuple(keys))] if keys else []
+    found: list[Chunk] = []
+    for namespace in sorted({namespace for namespace, _ in keys}):
+        mine = [key for key in keys if key[0] == namespace]
+        if len(mine) <= size:
+            found.append(Chunk(matchers(namespace), tuple(mine)))
+            continue
+        for start in range(0, len(mine), size):
+            run = mine[start : start + size]
+            names = [name for _, name in run]
+            found.append(Chunk(matchers(namespace, services=names), tuple(run)))
+    return found
 
 
 def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
@@ -332,10 +399,19 @@ class PrometheusSignals:
         peak_window: str = "30s",
         peak_step: str = "15s",
         timeout_s: float = 5.0,
+        chunk_services: int = 100,
+        concurrency: int = 2,
         guard: LoopbackGuard | None = None,
     ) -> None:
+        if chunk_services < 1 or concurrency < 1:
+            raise ValueError(
+                f"chunk_services and concurrency must be at least 1, "
+                f"got {chunk_services} and {concurrency}"
+            )
         self.url = url.rstrip("/")
         self.options = QueryOptions(rate_window, mean_window, quantile, peak_window, peak_step)
+        self.chunk_services = chunk_services
+        self.concurrency = concurrency
         self._guard = guard
         session = requests.Session()
         if guard is not None and guard.enabled:
@@ -354,12 +430,36 @@ class PrometheusSignals:
         return self._query(signal_queries(self.options, matchers(namespace, service)))
 
     def read_services(
-        self, wanted: Mapping[tuple[str, str], Sequence[str]]
-    ) -> dict[tuple[str, str], dict[str, PoolSignals]]:
-        """Signals per pool of every (namespace, service) in `wanted`, from one query of every
-        pool (of their namespace when they share one): the autoscaler's full pass."""
-        found = self.read_all(_one_namespace(wanted))
-        return {key: _of(found, *key, pools) for key, pools in wanted.items()}
+        self, wanted: Mapping[ServiceKey, Sequence[str]]
+    ) -> dict[ServiceKey, dict[str, PoolSignals] | SignalsUnavailable]:
+        """Signals per pool of every (namespace, service) in `wanted`: the autoscaler's full
+        pass. One query per `chunks(wanted, chunk_services)`, `concurrency` at once, each with
+        its own `timeout_s`. A chunk that fails is its services' `SignalsUnavailable` (the
+        others' decisions go on); when every chunk fails, raises the first one's."""
+        plan = chunks(wanted, self.chunk_services)
+        if len(plan) <= 1:
+            results: list[dict[PoolKey, PoolSignals] | SignalsUnavailable] = [
+                self._chunk(chunk) for chunk in plan
+            ]
+        else:
+            with ThreadPoolExecutor(min(self.concurrency, len(plan))) as pool:
+                results = list(pool.map(self._chunk, plan))
+        failed = [result for result in results if isinstance(result, SignalsUnavailable)]
+        if failed and len(failed) == len(results):
+            raise failed[0]
+        read: dict[ServiceKey, dict[str, PoolSignals] | SignalsUnavailable] = {}
+        for chunk, result in zip(plan, results, strict=True):
+            for key in chunk.services:
+                read[key] = (
+                    result if isinstance(result, Exception) else _of(result, *key, wanted[key])
+                )
+        return read
+
+    def _chunk(self, chunk: Chunk) -> dict[PoolKey, PoolSignals] | SignalsUnavailable:
+        try:
+            return self._query(signal_queries(self.options, chunk.match))
+        except SignalsUnavailable as error:
+            return error
 
     def read_services_gauges(
         self, wanted: Mapping[tuple[str, str], Sequence[str]]
