@@ -6,26 +6,30 @@ scraping it every 15 s (`_autoscaler.Prometheus`, the production scrape interval
 every pod's rates have two samples and then `--warmup-seconds` more (so the 1m windows hold
 what they hold in production: four samples), then times, `--repeats` times each, medians:
 
-1. baseline: the full pass's query as one expression for every service (`combined_query` of
-   `signal_queries`, the namespace matcher), as one HTTP call and as `PrometheusSignals.
-   read_services` of this checkout (HTTP, parse, its own settings: one call or chunks);
-2. each signal's expression alone, for every service (which signals cost what);
-3. the combined query split by service: K chunks, each its services' names as one
-   `llmfleet_dev_service=~"a|b|..."` matcher, run with bounded concurrency C (wall time of the
-   whole pass, and the slowest chunk).
+1. the full pass as it is (`after`) beside the pass at git revision `--baseline` (`before`),
+   measured in turn, repeat by repeat: the whole fleet's combined query (`combined_query` of
+   `signal_queries`, the namespace matcher) as one HTTP call, and `PrometheusSignals.
+   read_services` (HTTP and parse): the revision's, this checkout's in one query, and this
+   checkout's with its defaults (chunks of services, bounded concurrency);
+2. with `--signals`, each signal's expression alone, for every service (which signals cost
+   what);
+3. this checkout's combined query split by service: K chunks (`--chunks`), each its services'
+   names as one `llmfleet_dev_service=~"a|b|..."` matcher, C at once (`--concurrency`): wall
+   time of the whole pass, and the slowest chunk.
 
-All of it against the same Prometheus in the same run, one after another, so the figures
-compare. Prometheus' head series, its CPU over the measurements and the exporter's CPU close
-the output. Refuses to start outside a loopback-only namespace.
+All of it against the same Prometheus in the same run, so the figures compare. Prometheus'
+head series, its CPU over the measurements and the exporter's CPU close the output. Refuses to
+start outside a loopback-only namespace.
 
     .venv/bin/llmfleet isolated -- nice .venv/bin/python bench/autoscaler_query_scale.py \\
-        --services 300 --pods-per-service 2 [--chunks 4,10,20] [--concurrency 1,2,4] \\
-        [--repeats 3] [--warmup-seconds 60]
+        --services 300 --pods-per-service 2 [--baseline REV] [--signals] [--chunks 4,10] \\
+        [--concurrency 1,2,4] [--repeats 3] [--warmup-seconds 45]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -35,6 +39,8 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import psutil
 import requests
@@ -105,65 +111,90 @@ def median_ms(run: Callable[[], float], repeats: int) -> str:
     return f"{statistics.median(run() for _ in range(repeats)) * 1000:.0f}"
 
 
+def signals_of(rev: str) -> ModuleType:
+    """`llmfleet.autoscaler.signals` as it was at git revision `rev` (it imports nothing of this
+    checkout that its API depends on), for a before/after in one run."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:autoscaler/llmfleet/autoscaler/signals.py"],
+        cwd=BENCH.parent, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    name = f"signals_at_{rev.replace('-', '_').replace('/', '_')}"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    exec(compile(source, f"{rev}:signals.py", "exec"), module.__dict__)
+    return module
+
+
+def timed_read(signals: Any, wanted: dict[tuple[str, str], list[str]]) -> Callable[[], float]:
+    def run() -> float:
+        started = time.perf_counter()
+        signals.read_services(wanted)
+        return time.perf_counter() - started
+
+    return run
+
+
 def measure(url: str, args: argparse.Namespace) -> list[tuple[str, str]]:
     options = QueryOptions()
     every = signal_queries(options, matchers(NAMESPACE))
-    combined = combined_query(every)
     names = [f"svc-{s:04d}" for s in range(args.services)]
-    rows: list[tuple[str, str]] = []
-    _, samples = query(url, combined)  # once unmeasured: Prometheus' caches, our connection
-    rows.append(
-        (
-            "baseline: one combined query, every service [ms] (samples)",
-            f"{median_ms(lambda: query(url, combined)[0], args.repeats)} ({samples})",
-        )
-    )
     wanted = {(NAMESPACE, name): [POOL] for name in names}
-    signals = PrometheusSignals(url, timeout_s=120)
+    now = PrometheusSignals(url, timeout_s=120)
+    one = PrometheusSignals(url, timeout_s=120, chunk_services=len(names))
+    # The pass as it is, beside the pass as it was: measured in turn, repeat by repeat, so that
+    # both see the same machine.
+    compared: dict[str, Callable[[], float]] = {}
+    closing = [now, one]
+    if args.baseline:
+        before = signals_of(args.baseline)
+        old = before.PrometheusSignals(url, timeout_s=120)
+        closing.append(old)
+        old_query = before.combined_query(
+            before.signal_queries(before.QueryOptions(), before.matchers(NAMESPACE))
+        )
+        compared[f"before ({args.baseline}): one combined query, HTTP only [ms]"] = lambda: query(
+            url, old_query
+        )[0]
+        compared[f"before ({args.baseline}): read_services (HTTP + parse) [ms]"] = timed_read(
+            old, wanted
+        )
+    new_query = combined_query(every)
+    compared["after: one combined query of every service, HTTP only [ms]"] = lambda: query(
+        url, new_query
+    )[0]
+    compared["after: read_services in one query (HTTP + parse) [ms]"] = timed_read(one, wanted)
+    compared[
+        f"after: read_services (chunks of {now.chunk_services}, {now.concurrency} at once) [ms]"
+    ] = timed_read(now, wanted)
+    rows: list[tuple[str, str]] = []
     try:
-        read = signals.read_services(wanted)
-        found = sum(len(pools) for pools in read.values())
-
-        def read_services() -> float:
-            started = time.perf_counter()
-            signals.read_services(wanted)
-            return time.perf_counter() - started
-
-        rows.append(
-            (
-                "this checkout's read_services (HTTP + parse) [ms] (pools found)",
-                f"{median_ms(read_services, args.repeats)} ({found} of {len(names)})",
-            )
-        )
+        for run in compared.values():
+            run()  # once unmeasured: Prometheus' caches, our connections
+        taken: dict[str, list[float]] = {label: [] for label in compared}
+        for _ in range(args.repeats):
+            for label, run in compared.items():
+                taken[label].append(run())
+        rows += [(label, f"{statistics.median(t) * 1000:.0f}") for label, t in taken.items()]
+        read = now.read_services(wanted)
+        found = sum(len(pools) for pools in read.values() if isinstance(pools, dict))
+        rows.append(("after: pools found (of services)", f"{found} ({len(names)})"))
     finally:
-        signals.close()
-    for name, promql in every.items():
-        rows.append(
-            (
-                f"  signal alone: {name} [ms]",
-                median_ms(lambda promql=promql: query(url, promql)[0], args.repeats),
-            )
-        )
-    for concurrency in args.concurrency:
-        split = [combined_query({n: q}) for n, q in every.items()]
-        rows.append(
-            (
-                f"split by signal: 16 queries, {concurrency} at once [ms] (slowest)",
-                _chunked_ms(url, split, concurrency, args.repeats),
-            )
-        )
+        for signals in closing:
+            signals.close()
+    if args.signals:
+        for name, promql in every.items():
+            alone = median_ms(lambda promql=promql: query(url, promql)[0], args.repeats)
+            rows.append((f"  after, signal alone: {name} [ms]", alone))
     for k in args.chunks:
         size = -(-len(names) // k)
         parts = [names[i : i + size] for i in range(0, len(names), size)]
         queries = [combined_query(signal_queries(options, chunk_matcher(p))) for p in parts]
         for concurrency in args.concurrency:
-            rows.append(
-                (
-                    f"split by service: {len(parts)} chunks of <= {size}, {concurrency} at "
-                    "once [ms] (slowest chunk)",
-                    _chunked_ms(url, queries, concurrency, args.repeats),
-                )
-            )
+            rows.append((f"after, split by service: {len(parts)} chunks of <= {size}, "
+                         f"{concurrency} at once [ms] (slowest chunk)",
+                         _chunked_ms(url, queries, concurrency, args.repeats)))  # fmt: skip
     return rows
 
 
@@ -179,13 +210,15 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=300)
     parser.add_argument("--pods-per-service", type=int, default=2)
     parser.add_argument(
-        "--chunks", type=lambda s: [int(x) for x in s.split(",")], default=[4, 10, 20]
+        "--chunks", type=lambda s: [int(x) for x in s.split(",") if x], default=[10]
     )
     parser.add_argument(
-        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
+        "--concurrency", type=lambda s: [int(x) for x in s.split(",") if x], default=[2, 4]
     )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup-seconds", type=float, default=60.0)
+    parser.add_argument("--baseline", default="", help="git revision to compare with")
+    parser.add_argument("--signals", action="store_true", help="time each signal alone too")
+    parser.add_argument("--warmup-seconds", type=float, default=45.0)
     args = parser.parse_args()
     problem = netns.isolation_problem()
     if problem:

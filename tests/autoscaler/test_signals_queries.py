@@ -142,18 +142,6 @@ QUERIES = signal_queries(
         ),
         ("running", f"sum by ({BY}) (vllm:num_requests_running{{{M}}})"),
         ("waiting", f"sum by ({BY}) (vllm:num_requests_waiting{{{M}}})"),
-        (
-            "ttft_p95_ms",
-            f"histogram_quantile(0.9, sum by ({BY}, le) "
-            f"(rate(vllm:time_to_first_token_seconds_bucket{{{M}}}[30s]))) * 1000",
-        ),
-        (
-            "itl_p95_ms",
-            f"(histogram_quantile(0.9, sum by ({BY}, le) "
-            f"(rate(vllm:inter_token_latency_seconds_bucket{{{M}}}[30s])))"
-            f" or histogram_quantile(0.9, sum by ({BY}, le) "
-            f"(rate(vllm:time_per_output_token_seconds_bucket{{{M}}}[30s])))) * 1000",
-        ),
         ("preemption_rate", f"sum by ({BY}) (rate(vllm:num_preemptions_total{{{M}}}[30s]))"),
         (
             "ttft_buckets",
@@ -165,25 +153,31 @@ QUERIES = signal_queries(
             f"sum by ({BY}, le) (increase(vllm:request_prefill_time_seconds_bucket{{{M}}}[30s]))",
         ),
         (
-            # Per request where exported, else the token-gap histograms, never two mixed.
-            "itl_buckets",
+            # The ITL histogram's and quantile's sources, each read once; `parse` picks.
+            "itl_request_buckets",
             f"sum by ({BY}, le) (increase("
-            f"vllm:request_time_per_output_token_seconds_bucket{{{M}}}[30s]))"
-            f" or (sum by ({BY}, le) (increase("
-            f"vllm:inter_token_latency_seconds_bucket{{{M}}}[30s]))"
-            f" unless on ({BY}) (sum by ({BY}, le) (increase("
-            f"vllm:request_time_per_output_token_seconds_bucket{{{M}}}[30s]))))"
-            f" or (sum by ({BY}, le) (increase("
-            f"vllm:time_per_output_token_seconds_bucket{{{M}}}[30s]))"
-            f" unless on ({BY}) (sum by ({BY}, le) (increase("
-            f"vllm:request_time_per_output_token_seconds_bucket{{{M}}}[30s]))"
-            f" or sum by ({BY}, le) (increase("
-            f"vllm:inter_token_latency_seconds_bucket{{{M}}}[30s]))))",
+            f"vllm:request_time_per_output_token_seconds_bucket{{{M}}}[30s]))",
+        ),
+        (
+            "itl_gap_buckets",
+            f"sum by ({BY}, le) (increase(vllm:inter_token_latency_seconds_bucket{{{M}}}[30s]))",
+        ),
+        (
+            "tpot_buckets",
+            f"sum by ({BY}, le) (increase(vllm:time_per_output_token_seconds_bucket{{{M}}}[30s]))",
         ),
     ],
 )
 def test_signal_queries(signal: str, expected: str) -> None:
     assert QUERIES[signal] == expected
+
+
+def test_no_bucket_series_is_read_twice() -> None:
+    # Each histogram's buckets once in the whole pass (the quantiles come from them in `parse`).
+    combined = combined_query(QUERIES)
+    for name in ("time_to_first_token", "inter_token_latency", "request_time_per_output_token"):
+        assert combined.count(f"vllm:{name}_seconds_bucket") == 1
+    assert "histogram_quantile" not in combined
 
 
 def test_kv_usage_is_the_mean_over_busy_pods_and_zero_when_none_is() -> None:
@@ -253,15 +247,13 @@ AT = datetime.fromtimestamp(T, tz=UTC)
                 sample("decode", "running", "4"),
                 sample("decode", "waiting", "1"),
                 sample("decode", "kv_cache_usage", "0.25"),
-                sample("decode", "ttft_p95_ms", "99"),
-                sample("decode", "itl_p95_ms", "NaN"),
                 sample("decode", "preemption_rate", "0"),
                 sample("decode", "gpu_utilization", "0.7"),
                 sample("decode", "peak_prompt_tokens_rate", "900"),
             ],
             {
                 "decode": PoolSignals(
-                    AT, 2.5, 250.0, 100.0, 0.0, 4.0, 1.0, 0.25, 99.0, None, 0.0, 0.7, 900.0
+                    AT, 2.5, 250.0, 100.0, 0.0, 4.0, 1.0, 0.25, None, None, 0.0, 0.7, 900.0
                 )
             },
             id="every-signal-nan-mean-is-0-nan-quantile-none",
@@ -292,9 +284,9 @@ def test_parse_builds_histograms_from_buckets_in_any_order() -> None:
             bucket("ttft_buckets", "+Inf", "10"),
             bucket("ttft_buckets", "0.1", "4"),
             bucket("ttft_buckets", "2.5", "9.5"),
-            bucket("itl_buckets", "0.025", "3"),
+            bucket("itl_request_buckets", "0.025", "3"),
             # An answer cut short of the +Inf bucket cannot say how many requests there were.
-            bucket("itl_buckets", "0.05", "3"),
+            bucket("itl_request_buckets", "0.05", "3"),
             bucket("prefill_buckets", "+Inf", "10"),
             bucket("prefill_buckets", "2.5", "8"),
         ]
@@ -303,6 +295,57 @@ def test_parse_builds_histograms_from_buckets_in_any_order() -> None:
     assert parsed.itl_histogram is None
     assert parsed.prefill_histogram == LatencyHistogram((2.5, math.inf), (8.0, 10.0))
     assert parsed.invalid() == ""
+
+
+TTFT = [("0.1", "4"), ("2.5", "9.5"), ("+Inf", "10")]
+"""p95: rank 9.5 falls at the top of (0.1, 2.5]: 2.5 s."""
+PER_REQUEST = [("0.05", "8"), ("+Inf", "10")]
+"""p95: rank 9.5 in +Inf: the highest finite bound, 0.05 s."""
+GAPS = [("0.01", "0"), ("0.02", "100"), ("+Inf", "100")]
+"""p95: rank 95 in (0.01, 0.02]: 0.0195 s."""
+
+
+@pytest.mark.parametrize(
+    ("histograms", "ttft_ms", "itl_ms", "itl_histogram"),
+    [
+        pytest.param({}, None, None, None, id="none"),
+        pytest.param({"ttft_buckets": TTFT}, 2500.0, None, None, id="ttft"),
+        pytest.param(
+            {"ttft_buckets": [(le, "0") for le, _ in TTFT]}, None, None, None, id="no-request"
+        ),
+        pytest.param(
+            {"itl_request_buckets": PER_REQUEST, "itl_gap_buckets": GAPS}, None, 19.5,
+            PER_REQUEST, id="per-request-histogram-gap-quantile",
+        ),
+        pytest.param({"itl_gap_buckets": GAPS}, None, 19.5, GAPS, id="gaps-only"),
+        pytest.param(
+            {"itl_gap_buckets": GAPS, "tpot_buckets": PER_REQUEST}, None, 19.5, GAPS,
+            id="the-new-name-before-the-old",
+        ),
+        pytest.param({"tpot_buckets": GAPS}, None, 19.5, GAPS, id="old-name-only"),
+        pytest.param(
+            {"itl_request_buckets": [("0.05", "8")], "itl_gap_buckets": GAPS}, None, 19.5, None,
+            id="a-preferred-histogram-cut-short-is-none-never-mixed",
+        ),
+    ],
+)  # fmt: skip
+def test_parse_takes_the_quantiles_and_the_itl_histogram_from_the_buckets(
+    histograms: dict[str, list[tuple[str, str]]],
+    ttft_ms: float | None,
+    itl_ms: float | None,
+    itl_histogram: list[tuple[str, str]] | None,
+) -> None:
+    samples = [sample("decode", "observed_at", str(T))]
+    for signal, buckets in histograms.items():
+        samples += [bucket(signal, le, value) for le, value in buckets]
+    parsed = parse(samples, quantile=0.95)[PoolKey("ns", "chat", "decode")]
+    assert parsed.ttft_p95_ms == (None if ttft_ms is None else pytest.approx(ttft_ms))
+    assert parsed.itl_p95_ms == (None if itl_ms is None else pytest.approx(itl_ms))
+    expected = None
+    if itl_histogram is not None:
+        bounds = tuple(float(le) for le, _ in itl_histogram)
+        expected = LatencyHistogram(bounds, tuple(float(v) for _, v in itl_histogram))
+    assert parsed.itl_histogram == expected
 
 
 def test_parse_keeps_services_apart() -> None:

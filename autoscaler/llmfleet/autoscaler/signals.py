@@ -43,11 +43,13 @@ Meaning of each field, and what absence means (`PoolSignals` documents units):
   here instead of diluting the mean that the policy multiplies by its ready *serving* pods. An idle
   serving pod drops out as well, which errs towards more replicas and only matters while the
   pool's other pods are busy. 0 when no pod is busy; None when the gauge is not exported;
-- `ttft_p95_ms`, `itl_p95_ms`: `histogram_quantile` over the pool's summed bucket rates of
-  `vllm:time_to_first_token_seconds` and `vllm:inter_token_latency_seconds` (falling back to
-  `vllm:time_per_output_token_seconds`, vLLM's name before 0.10), in ms. The quantile is
-  interpolated inside a bucket: its resolution is the bucket's width. None when no request was
-  measured within `rate_window` (PromQL's NaN);
+- `ttft_p95_ms`, `itl_p95_ms`: PromQL's `histogram_quantile`, computed by `parse`
+  (`LatencyHistogram.quantile`) from the pool's summed bucket increases the histograms below
+  read anyway (asking Prometheus for it read every bucket series twice), of
+  `vllm:time_to_first_token_seconds` and the token gaps `vllm:inter_token_latency_seconds`
+  (falling back to `vllm:time_per_output_token_seconds`, vLLM's name before 0.10), in ms. The
+  quantile is interpolated inside a bucket: its resolution is the bucket's width. None when no
+  request was measured within `rate_window` (PromQL's NaN);
 - `ttft_histogram`, `itl_histogram`: the goodput's raw material, each bucket's `increase()` over
   `rate_window` summed by `le` over the pool's pods (the combined answer carries `le`; `parse`
   builds a `goodput.LatencyHistogram`, and the policy takes the share over the service's own
@@ -56,8 +58,9 @@ Meaning of each field, and what absence means (`PoolSignals` documents units):
   figure the SLO's ITL attainment is over); an engine without it (llm-d-inference-sim, vLLM
   before 0.9) falls back to the token-gap histograms `vllm:inter_token_latency_seconds` or
   `vllm:time_per_output_token_seconds`, where the share is of token gaps, not requests. Each
-  fallback is taken only for the pools the preferred one has no series for (`unless on`), so
-  bucket bounds of two histograms never mix. None when no series exists;
+  histogram is its own signal (one read of its bucket series); `parse` takes a fallback only for
+  the pools the preferred one has no buckets for, so bucket bounds of two histograms never mix.
+  None when no series exists;
 - `prefill_histogram`: requests by the time their prefill phase took
   (`vllm:request_prefill_time_seconds`, from first scheduled to first token), the same way: the
   misses a prompt's own length causes, which more replicas would not remove (`goodput.py`,
@@ -107,12 +110,18 @@ SIGNAL_LABEL = "llmfleet_signal"
 """Added to each signal's result to tell them apart in the combined answer."""
 
 _BY = f"{NAMESPACE_LABEL}, {SERVICE_LABEL}, {POOL_LABEL}"
-_HISTOGRAMS = {
-    "ttft_buckets": "ttft_histogram",
-    "itl_buckets": "itl_histogram",
-    "prefill_buckets": "prefill_histogram",
+HISTOGRAMS = {
+    "ttft_buckets": "vllm:time_to_first_token_seconds",
+    "prefill_buckets": "vllm:request_prefill_time_seconds",
+    "itl_request_buckets": "vllm:request_time_per_output_token_seconds",
+    "itl_gap_buckets": "vllm:inter_token_latency_seconds",
+    "tpot_buckets": "vllm:time_per_output_token_seconds",
 }
-"""Signals whose samples are buckets (one per `le`) -> the PoolSignals field they make."""
+"""Signals whose samples are buckets (one per `le`) -> the histogram they read."""
+_ITL_HISTOGRAM = ("itl_request_buckets", "itl_gap_buckets", "tpot_buckets")
+"""The ITL histogram's sources, preferred first (module docstring)."""
+_ITL_GAPS = ("itl_gap_buckets", "tpot_buckets")
+"""The ITL quantile's sources, preferred first: token gaps, vLLM's name since 0.10 first."""
 _DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 
 
@@ -223,7 +232,7 @@ def chunks(wanted: Iterable[ServiceKey], size: int) -> list[Chunk]:
 
 def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
     """One PromQL expression per signal, each aggregated by (namespace, service, pool) (pure)."""
-    w, mw, q = options.rate_window, options.mean_window, options.quantile
+    w, mw = options.rate_window, options.mean_window
     pw, step = options.peak_window, options.peak_step
 
     def rate(metric: str) -> str:
@@ -235,20 +244,8 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
             f" / sum by ({_BY}) (increase({histogram}_count{{{match}}}[{mw}]))"
         )
 
-    def p(histogram: str) -> str:
-        buckets = f"rate({histogram}_bucket{{{match}}}[{w}])"
-        return f"histogram_quantile({q}, sum by ({_BY}, le) ({buckets}))"
-
     def buckets(histogram: str) -> str:
         return f"sum by ({_BY}, le) (increase({histogram}_bucket{{{match}}}[{w}]))"
-
-    def first_of(*histograms: str) -> str:
-        """The first histogram a pool has, per pool (never two histograms' buckets mixed)."""
-        parts = [buckets(histograms[0])]
-        for i, histogram in enumerate(histograms[1:], start=1):
-            earlier = " or ".join(buckets(h) for h in histograms[:i])
-            parts.append(f"({buckets(histogram)} unless on ({_BY}) ({earlier}))")
-        return " or ".join(parts)
 
     def per_pod(metric: str) -> str:
         return f"sum by ({_BY}, instance) ({metric}{{{match}}})"
@@ -276,19 +273,8 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
         "kv_cache_usage": (
             f"(sum by ({_BY}) ({kv}) / count by ({_BY}) ({busy})) or (0 * sum by ({_BY}) ({kv}))"
         ),
-        "ttft_p95_ms": f"{p('vllm:time_to_first_token_seconds')} * 1000",
-        "itl_p95_ms": (
-            f"({p('vllm:inter_token_latency_seconds')}"
-            f" or {p('vllm:time_per_output_token_seconds')}) * 1000"
-        ),
         "preemption_rate": rate("vllm:num_preemptions_total"),
-        "ttft_buckets": buckets("vllm:time_to_first_token_seconds"),
-        "prefill_buckets": buckets("vllm:request_prefill_time_seconds"),
-        "itl_buckets": first_of(
-            "vllm:request_time_per_output_token_seconds",
-            "vllm:inter_token_latency_seconds",
-            "vllm:time_per_output_token_seconds",
-        ),
+        **{signal: buckets(histogram) for signal, histogram in HISTOGRAMS.items()},
         "gpu_utilization": (
             f"avg by ({_BY}) (DCGM_FI_DEV_GPU_UTIL * on (namespace, pod)"
             f" group_left ({SERVICE_LABEL}, {POOL_LABEL}) (0 * {pods} + 1)) / 100"
@@ -319,8 +305,11 @@ def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
-def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
-    """PoolSignals per present pool from the combined query's vector result (pure)."""
+def parse(
+    result: Sequence[Mapping[str, Any]], quantile: float = 0.95
+) -> dict[PoolKey, PoolSignals]:
+    """PoolSignals per present pool from the combined query's vector result (pure); the TTFT and
+    ITL `quantile` from the buckets (`LatencyHistogram.quantile`)."""
     values: dict[PoolKey, dict[str, float]] = {}
     buckets: dict[PoolKey, dict[str, dict[float, float]]] = {}
     for sample in result:
@@ -329,7 +318,7 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
             labels.get(NAMESPACE_LABEL, ""), labels.get(SERVICE_LABEL, ""), labels[POOL_LABEL]
         )
         signal, value = labels[SIGNAL_LABEL], float(sample["value"][1])
-        if signal in _HISTOGRAMS:
+        if signal in HISTOGRAMS:
             # float() reads Prometheus' "+Inf" bound.
             buckets.setdefault(key, {}).setdefault(signal, {})[float(labels["le"])] = value
         else:
@@ -338,6 +327,9 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
     for key, found in sorted(values.items()):
         if "observed_at" not in found:
             continue  # DCGM or stray series without the engines' gauge: not a pool we can size
+        histograms = buckets.get(key, {})
+        ttft = _histogram(histograms.get("ttft_buckets"))
+        gaps = _histogram(_first(histograms, _ITL_GAPS))
         pools[key] = PoolSignals(
             observed_at=datetime.fromtimestamp(found["observed_at"], tz=UTC),
             request_rate=found.get("request_rate", 0.0),
@@ -347,16 +339,28 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
             running=found.get("running", 0.0),
             waiting=found.get("waiting", 0.0),
             kv_cache_usage=_number(found.get("kv_cache_usage")),
-            ttft_p95_ms=_number(found.get("ttft_p95_ms")),
-            itl_p95_ms=_number(found.get("itl_p95_ms")),
+            ttft_p95_ms=_ms(ttft.quantile(quantile) if ttft else None),
+            itl_p95_ms=_ms(gaps.quantile(quantile) if gaps else None),
             preemption_rate=_number(found.get("preemption_rate")),
             gpu_utilization=_number(found.get("gpu_utilization")),
             peak_prompt_tokens_rate=_number(found.get("peak_prompt_tokens_rate")),
-            ttft_histogram=_histogram(buckets.get(key, {}).get("ttft_buckets")),
-            itl_histogram=_histogram(buckets.get(key, {}).get("itl_buckets")),
-            prefill_histogram=_histogram(buckets.get(key, {}).get("prefill_buckets")),
+            ttft_histogram=ttft,
+            itl_histogram=_histogram(_first(histograms, _ITL_HISTOGRAM)),
+            prefill_histogram=_histogram(histograms.get("prefill_buckets")),
         )
     return pools
+
+
+def _first(
+    histograms: Mapping[str, Mapping[float, float]], preferred: Sequence[str]
+) -> Mapping[float, float] | None:
+    """The buckets of the first signal in `preferred` the pool has any of: never two
+    histograms' buckets mixed (their bounds may differ)."""
+    return next((histograms[s] for s in preferred if histograms.get(s)), None)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def _histogram(counts: Mapping[float, float] | None) -> LatencyHistogram | None:
@@ -485,7 +489,7 @@ class PrometheusSignals:
             if self._guard is not None:
                 self._guard.check_url(self.url, "prometheus")
             result = self._client.custom_query(combined_query(queries))
-            return parse(result)
+            return parse(result, self.options.quantile)
         except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:
             # OSError covers requests' errors (connection refused, timeout, bad JSON).
             raise SignalsUnavailable(f"Prometheus at {self.url}: {_cause(error)}") from error
