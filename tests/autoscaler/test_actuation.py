@@ -108,16 +108,19 @@ class Signals:
         self.by_pool: dict[str, PoolSignals] = {}
         self.gauges: dict[str, PoolSignals] = {}
         self.down = False
+        self.failing: set[str] = set()
+        """Services whose part of the full read fails (a chunk that timed out)."""
         self.reads: list[str] = []
 
     def read_services(
         self, wanted: Mapping[tuple[str, str], Sequence[str]]
-    ) -> dict[tuple[str, str], dict[str, PoolSignals]]:
+    ) -> dict[tuple[str, str], dict[str, PoolSignals] | Exception]:
         self.reads.append("full")
         if self.down:
             # as long-winded as urllib3's own errors
             raise ConnectionError("Prometheus at http://127.0.0.1:1: " + "refused; " * 100)
-        return {key: dict(self.by_pool) for key in wanted}
+        timed_out = TimeoutError("Prometheus at http://127.0.0.1:9090: Read timed out")
+        return {key: timed_out if key[1] in self.failing else dict(self.by_pool) for key in wanted}
 
     def read_services_gauges(
         self, wanted: Mapping[tuple[str, str], Sequence[str]]
@@ -441,6 +444,32 @@ def test_signals_down_hold_every_service_with_one_line(caplog: pytest.LogCapture
     assert said[1].startswith("resolved: signals unavailable")
     assert source.reads == ["full"] * 5
     assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="signals") == 4
+
+
+def test_a_failed_part_of_the_read_holds_only_its_services(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, source = FleetKube(4), Signals()
+    scaler = autoscaler(kube, source, status_refresh_seconds=0)
+    source.by_pool["unified"] = signals(20.0, seconds=0)
+    scaler.run_once(at(0))
+    kube.pods, kube.written = serving(4), []
+    source.failing = {"svc-1", "svc-2"}
+    with caplog.at_level(logging.INFO, "llmfleet.autoscaler"):
+        outcomes = scaler.run_once(at(15))
+        scaler.run_once(at(30))
+        source.failing = set()
+        scaler.run_once(at(45))
+    reasons = {o.name: o.decision.pools["unified"].reason for o in outcomes}
+    assert sorted(n for n, r in reasons.items() if "signals unavailable" in r) == ["svc-1", "svc-2"]
+    said = [r.getMessage() for r in caplog.records if "signals unavailable" in r.getMessage()]
+    assert said[0].startswith("signals unavailable for 2 of 4 services, their pools hold: ")
+    assert len(said) == 2  # said once while it lasts, once resolved
+    assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="signals") == 2
+    for name, cause in [("svc-0", "no-series"), ("svc-1", "unavailable")]:
+        labels = {"namespace": "ns", "service": name, "pool": "unified", "cause": cause}
+        missing = sample(scaler, "llmfleet_autoscaler_signals_missing_total", **labels)
+        assert missing == (2 if cause == "unavailable" else None)
 
 
 def test_an_invalid_spec_is_said_once_while_it_stays(caplog: pytest.LogCaptureFixture) -> None:

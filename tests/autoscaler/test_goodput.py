@@ -261,3 +261,28 @@ def test_the_decision_says_which_misses_capacity_would_fix(
     assert decision.pools["unified"].ttft_misses == expected
     written = decision.status().pools["unified"].ttft_misses
     assert written == expected
+
+
+INF = math.inf
+
+
+@pytest.mark.parametrize(
+    ("bounds", "counts", "q", "expected"),
+    [
+        # Prometheus 2.42 `bucketQuantile`, case by case.
+        pytest.param((0.1, 0.2, INF), (50, 100, 100), 0.5, 0.1, id="rank-at-a-bound"),
+        pytest.param((0.1, 0.2, INF), (0, 100, 100), 0.95, 0.195, id="interpolated"),
+        pytest.param((0.1, 0.2, INF), (100, 100, 100), 0.5, 0.05, id="lowest-bucket-from-0"),
+        pytest.param((0.1, 0.2, INF), (10, 20, 100), 0.95, 0.2, id="in-inf-highest-bound"),
+        pytest.param((-1.0, 0.2, INF), (60, 100, 100), 0.5, -1.0, id="lowest-bound-not-positive"),
+        pytest.param((0.1, 0.2, INF), (0, 0, 0), 0.95, None, id="no-requests-nan"),
+        pytest.param((INF,), (10,), 0.5, None, id="only-inf-nan"),
+        # Made monotonic: a dip (increase() extrapolates each bucket alone) counts as flat.
+        pytest.param((0.1, 0.2, 0.4, INF), (60, 50, 100, 100), 0.65, 0.225, id="dip-made-flat"),
+    ],
+)
+def test_quantile_is_promqls_histogram_quantile(
+    bounds: tuple[float, ...], counts: tuple[float, ...], q: float, expected: float | None
+) -> None:
+    found = LatencyHistogram(bounds, tuple(float(c) for c in counts)).quantile(q)
+    assert found == (None if expected is None else pytest.approx(expected))

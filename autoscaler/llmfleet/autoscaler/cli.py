@@ -112,6 +112,8 @@ def run(
             rate_window=settings.rate_window,
             peak_window=settings.peak_window,
             peak_step=settings.scrape_interval,
+            chunk_services=settings.query_chunk_services,
+            concurrency=settings.query_concurrency,
             guard=LoopbackGuard(
                 settings.loopback_only,
                 lambda client: metrics.nonlocal_refused.labels(client).inc(),

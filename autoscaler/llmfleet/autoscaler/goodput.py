@@ -100,6 +100,26 @@ class LatencyHistogram:
             below, at = count, bound
         return below, at
 
+    def quantile(self, q: float) -> float | None:
+        """The `q` quantile in seconds as PromQL's `histogram_quantile` computes it from these
+        buckets (Prometheus 2.42 `bucketQuantile`: counts made monotonic, linear interpolation
+        inside the bucket the rank falls in, the lowest bucket starting at 0, a rank in the +Inf
+        bucket the highest finite bound); None where PromQL says NaN (no requests, only the +Inf
+        bucket). A quantile of `increase()` buckets is that of their `rate()`: the scale cancels."""
+        counts = list(itertools.accumulate(self.counts, max))
+        if len(counts) < 2 or not counts[-1] > 0:
+            return None
+        rank = q * counts[-1]
+        b = next((i for i, c in enumerate(counts[:-1]) if c >= rank), len(counts) - 1)
+        if b == len(counts) - 1:
+            return self.bounds[-2]
+        if b == 0 and self.bounds[0] <= 0:
+            return self.bounds[0]
+        start, end, count = 0.0, self.bounds[b], counts[b]
+        if b > 0:
+            start, count, rank = self.bounds[b - 1], count - counts[b - 1], rank - counts[b - 1]
+        return start + (end - start) * (rank / count)
+
     @classmethod
     def of(
         cls, samples: list[float] | tuple[float, ...], bounds: tuple[float, ...]

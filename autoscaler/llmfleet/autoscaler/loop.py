@@ -47,17 +47,18 @@ ServiceKey = tuple[str, str]
 class SignalSource(Protocol):
     def read_services(
         self, wanted: Mapping[ServiceKey, Sequence[str]]
-    ) -> dict[ServiceKey, dict[str, PoolSignals]]:
-        """Signals per pool of every service in `wanted` (service -> its pools), in one read of
-        the backend whatever the number of services; a pool without series is absent. Raises
-        when the backend cannot be asked (the caller then holds every pool)."""
+    ) -> Mapping[ServiceKey, Mapping[str, PoolSignals] | Exception]:
+        """Signals per pool of every service in `wanted` (service -> its pools); a pool without
+        series is absent. A service whose part of the read failed maps to its error (its pools
+        hold, the others' decisions go on); raises when the backend cannot be asked at all (the
+        caller then holds every pool)."""
         ...
 
     def read_services_gauges(
         self, wanted: Mapping[ServiceKey, Sequence[str]]
-    ) -> dict[ServiceKey, dict[str, PoolSignals]]:
+    ) -> Mapping[ServiceKey, Mapping[str, PoolSignals]]:
         """Only the instant gauges (running, waiting, KV-cache usage, their sample time), for
-        the fast pass; one read, raising as `read_services` does."""
+        the fast pass; one read, raising when the backend cannot be asked."""
         ...
 
 
@@ -236,26 +237,36 @@ class Autoscaler:
 
     def _read(
         self, candidates: Sequence[_Candidate], *, fast: bool
-    ) -> dict[ServiceKey, dict[str, PoolSignals]] | Exception:
+    ) -> Mapping[ServiceKey, Mapping[str, PoolSignals] | Exception] | Exception:
         """Every candidate's signals in one read of the backend (its error, for every service
-        to hold on: fail-static)."""
+        to hold on: fail-static; a service's own error, for its pools to hold on). A pass with
+        any error counts one `signals` error."""
         if not candidates:
             return {}
         wanted = {c.key: list(c.spec.pools()) for c in candidates}
         try:
             if fast:
                 return self.signals.read_services_gauges(wanted)
-            return self.signals.read_services(wanted)
+            read = self.signals.read_services(wanted)
         except Exception as error:  # the backend is down: every pool holds (fail-static)
             self.said.warn("signals", f"signals unavailable, every pool holds: {error}")
             self.metrics.errors.labels("signals").inc()
             return error
+        failed = [found for found in read.values() if isinstance(found, Exception)]
+        if failed:
+            self.said.warn(
+                "signals",
+                f"signals unavailable for {len(failed)} of {len(read)} services, their pools "
+                f"hold: {failed[0]}",
+            )
+            self.metrics.errors.labels("signals").inc()
+        return read
 
     def _service(
         self,
         candidate: _Candidate,
         pods: list[PodView],
-        read: Mapping[ServiceKey, Mapping[str, PoolSignals]] | Exception,
+        read: Mapping[ServiceKey, Mapping[str, PoolSignals] | Exception] | Exception,
         now: datetime,
         *,
         fast: bool,
@@ -264,11 +275,11 @@ class Autoscaler:
         namespace, name = candidate.key
         pools = list(spec.pools())
         signals: Mapping[str, PoolSignals]
-        if isinstance(read, Exception):
+        found = read if isinstance(read, Exception) else read.get(candidate.key, {})
+        if isinstance(found, Exception):
             signals, missing_cause = {}, "unavailable"
-            missing = f"signals unavailable: {str(read)[:_CAUSE_CHARS]}"
+            missing = f"signals unavailable: {str(found)[:_CAUSE_CHARS]}"
         else:
-            found = read.get(candidate.key, {})
             if fast:
                 signals = _with_gauges(self.last_signals[uid], found)
             else:

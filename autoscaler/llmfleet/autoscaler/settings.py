@@ -37,6 +37,14 @@ class AutoscalerSettings(LoopbackSettings):
     for bursts (at least 2 scrape intervals)."""
     scrape_interval: str = "15s"
     """The engines' scrape interval: the resolution the peak is searched at."""
+    query_chunk_services: int = Field(default=100, ge=1)
+    """Services per Prometheus query of a full pass: a fleet of more is read in several queries
+    (`signals.chunks`: per namespace, a regex of the names), each bounded by its own timeout, so
+    that one query's time grows with its services, not with the fleet, and a query that fails
+    holds only its services' pools. Up to this many services: one query."""
+    query_concurrency: int = Field(default=2, ge=1)
+    """A full pass's queries in flight at once: Prometheus evaluates each query on one core, so
+    about the cores it can spare."""
     latency_quantile: float = Field(default=0.95, gt=0.5, lt=1)
     """The percentile the services' TTFT and ITL targets hold for (0.99: 99% of requests within
     the target); the CRD names its fields after the default."""

@@ -1,4 +1,5 @@
-"""Every pool's `PoolSignals` from Prometheus (DESIGN.md §7), in one PromQL query per pass.
+"""Every pool's `PoolSignals` from Prometheus (DESIGN.md §7), in one PromQL query per chunk of
+services (one query per pass up to `chunk_services` services).
 
 Label contract. The engines' series carry `namespace`, `llmfleet_dev_service` and
 `llmfleet_dev_pool`: the ServiceMonitor's `podTargetLabels` (`llmfleet.dev/service`,
@@ -8,7 +9,16 @@ Metric names are vLLM's (llm-d-inference-sim exports the same names).
 One query, one HTTP call. Each signal is one PromQL expression aggregated by
 (namespace, service, pool); `label_replace` tags its result with `llmfleet_signal="<field>"` and
 `or` joins them all, so one `/api/v1/query` returns every signal of every pool of every service
-(or of one namespace / service), all evaluated at the same instant.
+(or of one namespace / service / chunk of services), all evaluated at the same instant.
+
+Chunks. Prometheus evaluates one query on one core, in time about proportional to the series it
+selects (~29 per engine pod), so at 1,000 services x 10 pods one query of the whole fleet took
+4-7 s on 2 cores and ran into the 5 s timeout. A full pass of more than `chunk_services`
+services (100) asks `chunks()`: per namespace, runs of that many services selected by a regex
+of their names, `concurrency` (2) at once, each with its own `timeout_s`; a chunk that fails
+holds only its services' pools. Measured: `bench/autoscaler_query_scale.py`,
+`bench/results/issue28-autoscaler-query-scale.txt`. The chunks of one pass are evaluated at
+slightly different instants (within the pass), which no decision compares across services.
 
 Meaning of each field, and what absence means (`PoolSignals` documents units):
 - a pool is present when its engines' `vllm:num_requests_running` gauge is; otherwise it is
@@ -33,11 +43,13 @@ Meaning of each field, and what absence means (`PoolSignals` documents units):
   here instead of diluting the mean that the policy multiplies by its ready *serving* pods. An idle
   serving pod drops out as well, which errs towards more replicas and only matters while the
   pool's other pods are busy. 0 when no pod is busy; None when the gauge is not exported;
-- `ttft_p95_ms`, `itl_p95_ms`: `histogram_quantile` over the pool's summed bucket rates of
-  `vllm:time_to_first_token_seconds` and `vllm:inter_token_latency_seconds` (falling back to
-  `vllm:time_per_output_token_seconds`, vLLM's name before 0.10), in ms. The quantile is
-  interpolated inside a bucket: its resolution is the bucket's width. None when no request was
-  measured within `rate_window` (PromQL's NaN);
+- `ttft_p95_ms`, `itl_p95_ms`: PromQL's `histogram_quantile`, computed by `parse`
+  (`LatencyHistogram.quantile`) from the pool's summed bucket increases the histograms below
+  read anyway (asking Prometheus for it read every bucket series twice), of
+  `vllm:time_to_first_token_seconds` and the token gaps `vllm:inter_token_latency_seconds`
+  (falling back to `vllm:time_per_output_token_seconds`, vLLM's name before 0.10), in ms. The
+  quantile is interpolated inside a bucket: its resolution is the bucket's width. None when no
+  request was measured within `rate_window` (PromQL's NaN);
 - `ttft_histogram`, `itl_histogram`: the goodput's raw material, each bucket's `increase()` over
   `rate_window` summed by `le` over the pool's pods (the combined answer carries `le`; `parse`
   builds a `goodput.LatencyHistogram`, and the policy takes the share over the service's own
@@ -46,8 +58,9 @@ Meaning of each field, and what absence means (`PoolSignals` documents units):
   figure the SLO's ITL attainment is over); an engine without it (llm-d-inference-sim, vLLM
   before 0.9) falls back to the token-gap histograms `vllm:inter_token_latency_seconds` or
   `vllm:time_per_output_token_seconds`, where the share is of token gaps, not requests. Each
-  fallback is taken only for the pools the preferred one has no series for (`unless on`), so
-  bucket bounds of two histograms never mix. None when no series exists;
+  histogram is its own signal (one read of its bucket series); `parse` takes a fallback only for
+  the pools the preferred one has no buckets for, so bucket bounds of two histograms never mix.
+  None when no series exists;
 - `prefill_histogram`: requests by the time their prefill phase took
   (`vllm:request_prefill_time_seconds`, from first scheduled to first token), the same way: the
   misses a prompt's own length causes, which more replicas would not remove (`goodput.py`,
@@ -74,7 +87,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -96,12 +110,18 @@ SIGNAL_LABEL = "llmfleet_signal"
 """Added to each signal's result to tell them apart in the combined answer."""
 
 _BY = f"{NAMESPACE_LABEL}, {SERVICE_LABEL}, {POOL_LABEL}"
-_HISTOGRAMS = {
-    "ttft_buckets": "ttft_histogram",
-    "itl_buckets": "itl_histogram",
-    "prefill_buckets": "prefill_histogram",
+HISTOGRAMS = {
+    "ttft_buckets": "vllm:time_to_first_token_seconds",
+    "prefill_buckets": "vllm:request_prefill_time_seconds",
+    "itl_request_buckets": "vllm:request_time_per_output_token_seconds",
+    "itl_gap_buckets": "vllm:inter_token_latency_seconds",
+    "tpot_buckets": "vllm:time_per_output_token_seconds",
 }
-"""Signals whose samples are buckets (one per `le`) -> the PoolSignals field they make."""
+"""Signals whose samples are buckets (one per `le`) -> the histogram they read."""
+_ITL_HISTOGRAM = ("itl_request_buckets", "itl_gap_buckets", "tpot_buckets")
+"""The ITL histogram's sources, preferred first (module docstring)."""
+_ITL_GAPS = ("itl_gap_buckets", "tpot_buckets")
+"""The ITL quantile's sources, preferred first: token gaps, vLLM's name since 0.10 first."""
 _DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 
 
@@ -144,19 +164,75 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def matchers(namespace: str | None = None, service: str | None = None) -> str:
-    """The label matchers every engine series is selected with (pure)."""
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def _literal(value: str) -> str:
+    """`value` as an RE2 pattern that matches it alone (Prometheus anchors every regex)."""
+    return _RE2_SPECIAL.sub(r"\\\1", value)
+
+
+def matchers(
+    namespace: str | None = None,
+    service: str | None = None,
+    services: Sequence[str] | None = None,
+) -> str:
+    """The label matchers every engine series is selected with (pure): of one namespace, one
+    service, and/or any of `services` (one regex of their names)."""
     parts = [f'{SERVICE_LABEL}!=""']
     if namespace is not None:
         parts.append(f"{NAMESPACE_LABEL}={_quote(namespace)}")
     if service is not None:
         parts.append(f"{SERVICE_LABEL}={_quote(service)}")
+    if services is not None:
+        parts.append(f"{SERVICE_LABEL}=~{_quote('|'.join(_literal(s) for s in services))}")
     return ",".join(parts)
+
+
+ServiceKey = tuple[str, str]
+"""(namespace, name) of an InferenceService."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One query of a full pass: the series `match` selects, and the services it answers for."""
+
+    match: str
+    services: tuple[ServiceKey, ...]
+
+
+def chunks(wanted: Iterable[ServiceKey], size: int) -> list[Chunk]:
+    """The full pass's queries for `wanted`, each for at most `size` services (pure).
+
+    Up to `size` services in all: one query, of their namespace when they share one, else of
+    every namespace (a name matcher would only add work). More: per namespace, in name order,
+    runs of `size` services, each selected by one regex of its names; a namespace that fits in
+    one run is selected by its namespace alone. A query reads every pool of the services it
+    selects, so the split bounds each query's series (and its time, against the client's
+    timeout) by the services in it, not by the fleet."""
+    if size < 1:
+        raise ValueError(f"size must be at least 1, got {size}")
+    keys = sorted(set(wanted))
+    if len(keys) <= size:
+        namespaces = {namespace for namespace, _ in keys}
+        one = namespaces.pop() if len(namespaces) == 1 else None
+        return [Chunk(matchers(one), tuple(keys))] if keys else []
+    found: list[Chunk] = []
+    for namespace in sorted({namespace for namespace, _ in keys}):
+        mine = [key for key in keys if key[0] == namespace]
+        if len(mine) <= size:
+            found.append(Chunk(matchers(namespace), tuple(mine)))
+            continue
+        for start in range(0, len(mine), size):
+            run = mine[start : start + size]
+            names = [name for _, name in run]
+            found.append(Chunk(matchers(namespace, services=names), tuple(run)))
+    return found
 
 
 def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
     """One PromQL expression per signal, each aggregated by (namespace, service, pool) (pure)."""
-    w, mw, q = options.rate_window, options.mean_window, options.quantile
+    w, mw = options.rate_window, options.mean_window
     pw, step = options.peak_window, options.peak_step
 
     def rate(metric: str) -> str:
@@ -168,20 +244,8 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
             f" / sum by ({_BY}) (increase({histogram}_count{{{match}}}[{mw}]))"
         )
 
-    def p(histogram: str) -> str:
-        buckets = f"rate({histogram}_bucket{{{match}}}[{w}])"
-        return f"histogram_quantile({q}, sum by ({_BY}, le) ({buckets}))"
-
     def buckets(histogram: str) -> str:
         return f"sum by ({_BY}, le) (increase({histogram}_bucket{{{match}}}[{w}]))"
-
-    def first_of(*histograms: str) -> str:
-        """The first histogram a pool has, per pool (never two histograms' buckets mixed)."""
-        parts = [buckets(histograms[0])]
-        for i, histogram in enumerate(histograms[1:], start=1):
-            earlier = " or ".join(buckets(h) for h in histograms[:i])
-            parts.append(f"({buckets(histogram)} unless on ({_BY}) ({earlier}))")
-        return " or ".join(parts)
 
     def per_pod(metric: str) -> str:
         return f"sum by ({_BY}, instance) ({metric}{{{match}}})"
@@ -209,19 +273,8 @@ def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
         "kv_cache_usage": (
             f"(sum by ({_BY}) ({kv}) / count by ({_BY}) ({busy})) or (0 * sum by ({_BY}) ({kv}))"
         ),
-        "ttft_p95_ms": f"{p('vllm:time_to_first_token_seconds')} * 1000",
-        "itl_p95_ms": (
-            f"({p('vllm:inter_token_latency_seconds')}"
-            f" or {p('vllm:time_per_output_token_seconds')}) * 1000"
-        ),
         "preemption_rate": rate("vllm:num_preemptions_total"),
-        "ttft_buckets": buckets("vllm:time_to_first_token_seconds"),
-        "prefill_buckets": buckets("vllm:request_prefill_time_seconds"),
-        "itl_buckets": first_of(
-            "vllm:request_time_per_output_token_seconds",
-            "vllm:inter_token_latency_seconds",
-            "vllm:time_per_output_token_seconds",
-        ),
+        **{signal: buckets(histogram) for signal, histogram in HISTOGRAMS.items()},
         "gpu_utilization": (
             f"avg by ({_BY}) (DCGM_FI_DEV_GPU_UTIL * on (namespace, pod)"
             f" group_left ({SERVICE_LABEL}, {POOL_LABEL}) (0 * {pods} + 1)) / 100"
@@ -252,8 +305,11 @@ def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
-def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
-    """PoolSignals per present pool from the combined query's vector result (pure)."""
+def parse(
+    result: Sequence[Mapping[str, Any]], quantile: float = 0.95
+) -> dict[PoolKey, PoolSignals]:
+    """PoolSignals per present pool from the combined query's vector result (pure); the TTFT and
+    ITL `quantile` from the buckets (`LatencyHistogram.quantile`)."""
     values: dict[PoolKey, dict[str, float]] = {}
     buckets: dict[PoolKey, dict[str, dict[float, float]]] = {}
     for sample in result:
@@ -262,7 +318,7 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
             labels.get(NAMESPACE_LABEL, ""), labels.get(SERVICE_LABEL, ""), labels[POOL_LABEL]
         )
         signal, value = labels[SIGNAL_LABEL], float(sample["value"][1])
-        if signal in _HISTOGRAMS:
+        if signal in HISTOGRAMS:
             # float() reads Prometheus' "+Inf" bound.
             buckets.setdefault(key, {}).setdefault(signal, {})[float(labels["le"])] = value
         else:
@@ -271,6 +327,9 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
     for key, found in sorted(values.items()):
         if "observed_at" not in found:
             continue  # DCGM or stray series without the engines' gauge: not a pool we can size
+        histograms = buckets.get(key, {})
+        ttft = _histogram(histograms.get("ttft_buckets"))
+        gaps = _histogram(_first(histograms, _ITL_GAPS))
         pools[key] = PoolSignals(
             observed_at=datetime.fromtimestamp(found["observed_at"], tz=UTC),
             request_rate=found.get("request_rate", 0.0),
@@ -280,16 +339,28 @@ def parse(result: Sequence[Mapping[str, Any]]) -> dict[PoolKey, PoolSignals]:
             running=found.get("running", 0.0),
             waiting=found.get("waiting", 0.0),
             kv_cache_usage=_number(found.get("kv_cache_usage")),
-            ttft_p95_ms=_number(found.get("ttft_p95_ms")),
-            itl_p95_ms=_number(found.get("itl_p95_ms")),
+            ttft_p95_ms=_ms(ttft.quantile(quantile) if ttft else None),
+            itl_p95_ms=_ms(gaps.quantile(quantile) if gaps else None),
             preemption_rate=_number(found.get("preemption_rate")),
             gpu_utilization=_number(found.get("gpu_utilization")),
             peak_prompt_tokens_rate=_number(found.get("peak_prompt_tokens_rate")),
-            ttft_histogram=_histogram(buckets.get(key, {}).get("ttft_buckets")),
-            itl_histogram=_histogram(buckets.get(key, {}).get("itl_buckets")),
-            prefill_histogram=_histogram(buckets.get(key, {}).get("prefill_buckets")),
+            ttft_histogram=ttft,
+            itl_histogram=_histogram(_first(histograms, _ITL_HISTOGRAM)),
+            prefill_histogram=_histogram(histograms.get("prefill_buckets")),
         )
     return pools
+
+
+def _first(
+    histograms: Mapping[str, Mapping[float, float]], preferred: Sequence[str]
+) -> Mapping[float, float] | None:
+    """The buckets of the first signal in `preferred` the pool has any of: never two
+    histograms' buckets mixed (their bounds may differ)."""
+    return next((histograms[s] for s in preferred if histograms.get(s)), None)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def _histogram(counts: Mapping[float, float] | None) -> LatencyHistogram | None:
@@ -332,10 +403,19 @@ class PrometheusSignals:
         peak_window: str = "30s",
         peak_step: str = "15s",
         timeout_s: float = 5.0,
+        chunk_services: int = 100,
+        concurrency: int = 2,
         guard: LoopbackGuard | None = None,
     ) -> None:
+        if chunk_services < 1 or concurrency < 1:
+            raise ValueError(
+                f"chunk_services and concurrency must be at least 1, "
+                f"got {chunk_services} and {concurrency}"
+            )
         self.url = url.rstrip("/")
         self.options = QueryOptions(rate_window, mean_window, quantile, peak_window, peak_step)
+        self.chunk_services = chunk_services
+        self.concurrency = concurrency
         self._guard = guard
         session = requests.Session()
         if guard is not None and guard.enabled:
@@ -354,12 +434,36 @@ class PrometheusSignals:
         return self._query(signal_queries(self.options, matchers(namespace, service)))
 
     def read_services(
-        self, wanted: Mapping[tuple[str, str], Sequence[str]]
-    ) -> dict[tuple[str, str], dict[str, PoolSignals]]:
-        """Signals per pool of every (namespace, service) in `wanted`, from one query of every
-        pool (of their namespace when they share one): the autoscaler's full pass."""
-        found = self.read_all(_one_namespace(wanted))
-        return {key: _of(found, *key, pools) for key, pools in wanted.items()}
+        self, wanted: Mapping[ServiceKey, Sequence[str]]
+    ) -> dict[ServiceKey, dict[str, PoolSignals] | SignalsUnavailable]:
+        """Signals per pool of every (namespace, service) in `wanted`: the autoscaler's full
+        pass. One query per `chunks(wanted, chunk_services)`, `concurrency` at once, each with
+        its own `timeout_s`. A chunk that fails is its services' `SignalsUnavailable` (the
+        others' decisions go on); when every chunk fails, raises the first one's."""
+        plan = chunks(wanted, self.chunk_services)
+        if len(plan) <= 1:
+            results: list[dict[PoolKey, PoolSignals] | SignalsUnavailable] = [
+                self._chunk(chunk) for chunk in plan
+            ]
+        else:
+            with ThreadPoolExecutor(min(self.concurrency, len(plan))) as pool:
+                results = list(pool.map(self._chunk, plan))
+        failed = [result for result in results if isinstance(result, SignalsUnavailable)]
+        if failed and len(failed) == len(results):
+            raise failed[0]
+        read: dict[ServiceKey, dict[str, PoolSignals] | SignalsUnavailable] = {}
+        for chunk, result in zip(plan, results, strict=True):
+            for key in chunk.services:
+                read[key] = (
+                    result if isinstance(result, Exception) else _of(result, *key, wanted[key])
+                )
+        return read
+
+    def _chunk(self, chunk: Chunk) -> dict[PoolKey, PoolSignals] | SignalsUnavailable:
+        try:
+            return self._query(signal_queries(self.options, chunk.match))
+        except SignalsUnavailable as error:
+            return error
 
     def read_services_gauges(
         self, wanted: Mapping[tuple[str, str], Sequence[str]]
@@ -385,7 +489,7 @@ class PrometheusSignals:
             if self._guard is not None:
                 self._guard.check_url(self.url, "prometheus")
             result = self._client.custom_query(combined_query(queries))
-            return parse(result)
+            return parse(result, self.options.quantile)
         except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:
             # OSError covers requests' errors (connection refused, timeout, bad JSON).
             raise SignalsUnavailable(f"Prometheus at {self.url}: {_cause(error)}") from error
