@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from llmfleet.gateway.routing import prefix_affinity
 from llmfleet.gateway.routing.base import Candidate, RoutingRequest
 from llmfleet.gateway.routing.healthy import HealthyFilter
 from llmfleet.gateway.routing.inflight_tokens import InFlightTokensScorer
@@ -123,6 +124,31 @@ def test_prefix_affinity_moves_few_keys_when_an_endpoint_leaves() -> None:
     after = {k: _owner(k, dict.fromkeys(URLS[:3], 0)) for k in keys}
     moved = [k for k in keys if before[k] != after[k]]
     assert all(before[k] == URLS[3] for k in moved)  # only the leaver's keys move
+
+
+def _reference_owner(key: int, urls: list[str]) -> str:
+    """The ring's definition, spelled out (module docstring): the first point clockwise."""
+    points = sorted((stable_hash(f"{url}#{v}".encode()), url) for url in urls for v in range(64))
+    return next((url for point, url in points if point >= key), points[0][1])
+
+
+def test_prefix_affinity_owner_is_the_first_point_clockwise() -> None:
+    urls = [f"http://10.0.1.{i}:8000" for i in (3, 11, 7, 250, 42)]
+    for k in range(300):
+        key = stable_hash(f"k{k}".encode())
+        assert _owner(key, dict.fromkeys(urls, 0), factor=100.0) == _reference_owner(key, urls)
+
+
+def test_prefix_affinity_keeps_a_ring_per_pool_of_a_fleet() -> None:
+    """Traffic over 1,000 pools builds each pool's ring once, not once per request (with 256
+    rings kept, nearly every request rebuilt its pool's 640 points)."""
+    pools = [[f"http://10.1.{i // 200}.{i % 200}:{8000 + k}" for k in range(10)]
+             for i in range(1000)]  # fmt: skip
+    built = prefix_affinity._ring.cache_info().misses
+    for _ in range(2):
+        for pool in pools:
+            _owner(stable_hash(pool[0].encode()), dict.fromkeys(pool, 0))
+    assert prefix_affinity._ring.cache_info().misses - built == len(pools)
 
 
 @pytest.mark.parametrize(
