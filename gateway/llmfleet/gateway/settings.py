@@ -179,7 +179,8 @@ class GatewaySettings(LoopbackSettings):
     """An idle keep-alive connection is closed after this long (longer than the usual
     load balancer's 60 s idle timeout, so the balancer closes first)."""
     freeze_startup_heap: bool = True
-    """`gc.freeze()` the heap once started, so full collections do not walk it (`gc_pauses`)."""
+    """`gc.freeze()` the heap once started and again once discovery's first snapshot is in, so
+    full collections do not walk it (`gc_pauses`)."""
     log_level: str = "INFO"
     """Python logging level of the gateway."""
 
