@@ -358,13 +358,7 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         figure(rows, "gateways: started until routing to all [s]", label,
                each(f"{t:.1f}" for t in first))  # fmt: skip
         time.sleep(5)
-        cpu = [replica.cpu_seconds() for replica in replicas]
-        rates = idle_rates(kubeconfig, args.idle_seconds)
-        spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
-        figure(rows, "gateways: CPU over the idle window [s]", label,
-               each(f"{value:.1f}" for value in spent))  # fmt: skip
-        figure(rows, "gateways: peak RSS after the idle window [MiB]", label,
-               each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
+        rates = idle_window(kubeconfig, replicas, args, rows=rows, label=label)
         if args.changes:
             print(f"{args.changes} replica changes, one at a time ...", flush=True)
             before = [lag_buckets(r) for r in replicas]
@@ -403,6 +397,21 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
             replica.stop()
 
 
+def idle_window(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, *,
+                rows: Rows, label: str) -> dict[tuple[str, str], float]:  # fmt: skip
+    """The idle window's request rates (returned), and the gateway replicas' CPU over it and
+    peak RSS after it."""
+    each = " / ".join
+    cpu = [replica.cpu_seconds() for replica in replicas]
+    rates = idle_rates(kubeconfig, args.idle_seconds)
+    spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
+    figure(rows, "gateways: CPU over the idle window [s]", label,
+           each(f"{value:.1f}" for value in spent))  # fmt: skip
+    figure(rows, "gateways: peak RSS after the idle window [MiB]", label,
+           each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
+    return rates
+
+
 def idle_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace,
                   source: Path | None, *, workdir: Path, rows: Rows,
                   label: str) -> dict[tuple[str, str], float]:  # fmt: skip
@@ -412,19 +421,11 @@ def idle_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace,
     /metrics first answers to discover the fleet, instead of a check."""
     replicas = [Replica(kubeconfig, namespace, workdir / f"gateway-base-{i}.log", source)
                 for i in range(args.gateways)]  # fmt: skip
-    each = " / ".join
     try:
         wait("the baseline's gateways", lambda: all(r.metrics() for r in replicas), timeout=120,
              every=1)  # fmt: skip
         time.sleep(BASELINE_SETTLE_SECONDS)
-        cpu = [replica.cpu_seconds() for replica in replicas]
-        rates = idle_rates(kubeconfig, args.idle_seconds)
-        spent = (r.cpu_seconds() - c for r, c in zip(replicas, cpu, strict=True))
-        figure(rows, "gateways: CPU over the idle window [s]", label,
-               each(f"{value:.1f}" for value in spent))  # fmt: skip
-        figure(rows, "gateways: peak RSS after the idle window [MiB]", label,
-               each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
-        return rates
+        return idle_window(kubeconfig, replicas, args, rows=rows, label=label)
     finally:
         for replica in replicas:
             replica.stop()

@@ -279,14 +279,20 @@ STOP_SECONDS = 10
 the server's `WATCH_SECONDS` (240)."""
 
 
-def test_stop_ends_an_idle_watch_at_once() -> None:
+def _served(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, Any]:
+    """`handler` served on a free 127.0.0.1 port (inside the test's namespace), and a
+    Kubernetes API client pointed at it; the caller shuts the server down."""
     require_isolation()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), IdleApiServer)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     configuration = client.Configuration()
     configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    api = client.ApiClient(configuration)
+    return server, client.ApiClient(configuration)
+
+
+def test_stop_ends_an_idle_watch_at_once() -> None:
+    server, api = _served(IdleApiServer)
     informer = client_informer(
         "pods", api, functools.partial(client.CoreV1Api(api).list_namespaced_pod, "ns")
     )
@@ -362,13 +368,7 @@ class PagedApiServer(BaseHTTPRequestHandler):
 
 
 def test_the_client_lister_asks_for_pages() -> None:
-    require_isolation()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), PagedApiServer)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    api = client.ApiClient(configuration)
+    server, api = _served(PagedApiServer)
     try:
         lister = client_lister(
             api, functools.partial(client.CoreV1Api(api).list_namespaced_pod, "ns"), page_size=2
