@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
 import time
+from pathlib import Path
 
 import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE_ROOTS = ("core", "crds", "operator", "autoscaler", "gateway", "runtime_image")
+"""The package roots of a checkout (what PYTHONPATH needs to run a commit's components)."""
 
 
 def free_port() -> int:
@@ -34,3 +40,13 @@ def wait_ready(url: str, timeout: float = 30) -> None:
             pass
         time.sleep(0.1)
     raise SystemExit(f"{url} did not become ready in {timeout}s")
+
+
+def checkout(commit: str, into: Path) -> Path:
+    """The source roots of `commit` (git archive) under `into`, for PYTHONPATH: a `--baseline`
+    commit's components run from there beside this checkout's."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, *SOURCE_ROOTS],
+                             capture_output=True, check=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into

@@ -70,15 +70,13 @@ from _gateways import (
     peak_rss_mib,
     wait_discovered,
 )
-from _support import free_port
+from _support import SOURCE_ROOTS, checkout, free_port
 from operator_scale import count_ready_services, histogram_quantile, kubectl
 
 from llmfleet.core import netns
 from llmfleet.core.cluster import LocalCluster
 from llmfleet.crds import render
 
-REPO = Path(__file__).resolve().parents[1]
-SOURCE_ROOTS = ("core", "crds", "operator", "autoscaler", "gateway", "runtime_image")
 WRITES = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -174,15 +172,6 @@ def wait(what: str, done: object, timeout: float = 1800, every: float = 2) -> fl
             raise SystemExit(f"timed out waiting for {what}")
         time.sleep(every)
     return time.monotonic() - started
-
-
-def checkout(commit: str, into: Path) -> Path:
-    """The source roots of `commit` (git archive), for PYTHONPATH."""
-    into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, *SOURCE_ROOTS],
-                             capture_output=True, check=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 class Operator:

@@ -1,17 +1,26 @@
-"""The gateway's heap freezes (`gc_pauses`): the start-up heap, and again once discovery's first
-snapshot is in, so full collections under load do not walk the fleet discovery keeps."""
+"""The gateway's heap freezes (`gc_pauses`): the start-up heap, again once discovery's first
+snapshot is in, so full collections under load do not walk the fleet discovery keeps, and after
+a long full collection (`Refreezer`), so they do not walk the state traffic made since."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import logging
+import threading
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, Histogram
 
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
-from llmfleet.gateway.gc_pauses import became_ready, freeze_startup_heap
+from llmfleet.gateway.gc_pauses import (
+    PauseRecorder,
+    Refreezer,
+    became_ready,
+    collector_paused,
+    freeze_startup_heap,
+)
 from tests.gateway.servers import gateway
 from tests.net import wait_for
 
@@ -78,3 +87,136 @@ def test_the_gateway_freezes_again_once_discovery_is_ready(
         assert "froze" in line
     finally:
         gc.unfreeze()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_only_a_full_collection_that_paused_long_asks_for_a_freeze() -> None:
+    refreezer = Refreezer(0.01, clock=_Clock())
+    refreezer.full_collection(0.009)
+    assert not refreezer.due()
+    refreezer.full_collection(0.01)
+    assert refreezer.due()
+
+
+def test_a_freeze_takes_the_state_made_since_out_of_the_walk_and_says_so() -> None:
+    said: list[float] = []
+    refreezer = Refreezer(0.01, on_freeze=said.append)
+    gc.unfreeze()
+    try:
+        freeze_startup_heap()
+        state = [[str(i)] for i in range(10_000)]  # made by traffic after start-up
+        walked = {id(o) for o in gc.get_objects()}
+        assert id(state[0]) in walked
+        refreezer.full_collection(0.05)
+        assert refreezer.due()
+        refreezer.freeze()
+        walked = {id(o) for o in gc.get_objects()}
+        assert id(state[0]) not in walked
+        assert id(state) not in walked
+        assert said == [0.05]
+        assert not refreezer.due()  # done: the next long collection asks again
+    finally:
+        gc.unfreeze()
+
+
+def test_freezes_are_capped_per_hour() -> None:
+    clock = _Clock()
+    refreezer = Refreezer(0.01, most_per_hour=2, clock=clock)
+    gc.unfreeze()
+    try:
+        for _ in range(2):
+            refreezer.full_collection(1.0)
+            assert refreezer.due()
+            refreezer.freeze()
+            clock.now += 60
+        refreezer.full_collection(1.0)
+        assert not refreezer.due()  # a third within the hour: a heap that keeps churning
+        clock.now += 3600
+        refreezer.full_collection(1.0)
+        assert refreezer.due()  # the first two are an hour old
+    finally:
+        gc.unfreeze()
+
+
+def test_the_pause_recorder_hands_full_collections_to_the_refreezer() -> None:
+    histogram = Histogram("pauses", "", ("generation",), registry=CollectorRegistry())
+    refreezer = Refreezer(0.0)  # every full collection is long enough
+    recorder = PauseRecorder(histogram, refreezer)
+    recorder.start()
+    try:
+        gc.collect(1)
+        assert not refreezer.due()  # not a full collection
+        gc.collect()
+        assert refreezer.due()
+    finally:
+        recorder.stop()
+
+
+def test_the_gateway_freezes_again_after_a_long_full_collection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With a threshold every full collection passes, the running gateway's refreezer acts on
+    the next one (its task looks every second) and counts it."""
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "froze what it left" in r.getMessage()]
+
+    pool = Pool("unified", ("http://127.0.0.1:9",))
+    discovery = StaticDiscovery({"m": Service("m", "ns", "svc", {"unified": pool})})
+    try:
+        with (
+            caplog.at_level(logging.INFO, "llmfleet.gateway"),
+            gateway(discovery, refreeze_after_pause_seconds=1e-9) as server,
+        ):
+            gc.collect()
+            lines = wait_for(lambda: said() or None, 10, "a freeze after the collection")
+            metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
+        counted = next(
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("llmfleet_gateway_gc_refreezes_total ")
+        )
+        assert counted >= len(lines) >= 1
+        assert "froze what it left alive too" in lines[0]
+    finally:
+        gc.unfreeze()
+
+
+def test_the_collector_is_paused_while_any_thread_is_inside_and_restored_after() -> None:
+    assert gc.isenabled()
+    entered, release = threading.Event(), threading.Event()
+
+    def render() -> None:
+        with collector_paused():
+            entered.set()
+            release.wait(10)
+
+    other = threading.Thread(target=render)
+    other.start()
+    try:
+        assert entered.wait(10)
+        assert not gc.isenabled()
+        with collector_paused():  # a second render meanwhile
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the first is still inside
+    finally:
+        release.set()
+        other.join(10)
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_before_stays_disabled() -> None:
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

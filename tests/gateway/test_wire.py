@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -236,3 +238,87 @@ def test_a_get_sends_no_body_and_reads_a_chunked_answer_on_a_kept_alive_connecti
     assert asyncio.run(run()) == [0]
     port = heads[0].split(b"Host: 127.0.0.1:")[1].split(b"\r\n")[0]
     assert heads == [b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\n" % port] * 2
+
+
+def test_idle_connections_of_engines_not_asked_again_are_closed_after_the_keepalive() -> None:
+    """Engines asked once (the scraper over an idle fleet) do not keep a connection each: a
+    request to another engine after the keep-alive sweeps theirs, and the engines see them
+    close; the engine asked within the keep-alive keeps its connection."""
+    closed: list[str] = []
+
+    def serving(name: str) -> Handler:
+        async def handler(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int
+        ) -> None:
+            try:
+                while await _request(reader):
+                    writer.write(OK)
+            finally:  # the client closed the connection (an incomplete read)
+                closed.append(name)
+
+        return handler
+
+    async def ask(client: WireUpstream, url: str) -> None:
+        answer = await client.send(url, b"{}", HEADERS, 5)
+        assert await answer.aread() == b"{}"
+        await answer.aclose()
+
+    async def run() -> tuple[list[str], list[int]]:
+        client = WireUpstream(LoopbackGuard(True), connect_timeout=2, keepalive_seconds=0.4)
+        async with (
+            _server(serving("once-a")) as (once_a, _),
+            _server(serving("once-b")) as (once_b, _),
+            _server(serving("busy")) as (busy, seen),
+        ):
+            await ask(client, once_a)
+            await ask(client, once_b)
+            for _ in range(10):  # 1 s: past the keep-alive of the engines asked once
+                await ask(client, busy)
+                await asyncio.sleep(0.1)
+            deadline = asyncio.get_running_loop().time() + 5
+            while len(closed) < 2 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+            found = sorted(closed)
+            await client.aclose()
+            return found, seen
+
+    found, busy_connections = asyncio.run(run())
+    assert found == ["once-a", "once-b"]
+    assert busy_connections == [0]  # asked every 0.1 s: one connection, reused throughout
+
+
+def test_a_connection_the_engine_closed_is_freed_without_the_cycle_collector() -> None:
+    """Nothing of a closed connection is left in a reference cycle: once the engine has
+    closed it and nothing holds it, reference counting frees it (what the gateway froze while
+    it was open is never walked by the collector again: `gc_pauses.Refreezer`)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        await _request(reader)
+        writer.write(OK)  # then the handler returns: the server closes the connection
+
+    async def run() -> weakref.ref[object]:
+        client = WireUpstream(LoopbackGuard(True), connect_timeout=2, keepalive_seconds=0.05)
+        async with _server(handler) as (url, _):
+            answer = await client.send(url, b"{}", HEADERS, 5)
+            connection = weakref.ref(answer._connection)
+            assert await answer.aread() == b"{}"
+            await answer.aclose()
+            del answer
+            deadline = asyncio.get_running_loop().time() + 5
+            while not connection().closed and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # past the keep-alive: the next release sweeps it
+            async with _server(handler) as (other, _):
+                answer = await client.send(other, b"{}", HEADERS, 5)
+                await answer.aread()
+                await answer.aclose()
+                del answer
+            await client.aclose()
+            return connection
+
+    gc.disable()
+    try:
+        connection = asyncio.run(run())
+        assert connection() is None
+    finally:
+        gc.enable()

@@ -42,7 +42,13 @@ from llmfleet.gateway import openai_request
 from llmfleet.gateway.discovery import Discovery, Role, Service, StaticDiscovery, for_session
 from llmfleet.gateway.endpoints import Clock, EndpointTable
 from llmfleet.gateway.errors import error_response
-from llmfleet.gateway.gc_pauses import PauseRecorder, became_ready, freeze_startup_heap
+from llmfleet.gateway.gc_pauses import (
+    PauseRecorder,
+    Refreezer,
+    became_ready,
+    collector_paused,
+    freeze_startup_heap,
+)
 from llmfleet.gateway.keys_reload import KeysReloader
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from llmfleet.gateway.kube_secrets import read_keys_secret
@@ -83,6 +89,9 @@ ROUTES = {"/v1/chat/completions": True, "/v1/completions": False}
 ADMIN_ROUTES = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 """What an operator, not a client, reads: the gateway's metrics and its API's documentation."""
 
+SCRAPE_KEEPALIVE_INTERVALS = 3
+"""The scraper's idle connections are kept this many scrape intervals (the next scrape of an
+engine with traffic comes after one, ±10%, or a little later when the scrape budget is spent)."""
 _ID_PREFIX = os.urandom(8).hex()
 _ID_COUNTER = itertools.count()
 """Request ids the gateway makes: a random per-process prefix and a counter (32 hex digits,
@@ -113,19 +122,24 @@ def _upstream_from(
     transport: httpx.AsyncBaseTransport | None,
     guard: LoopbackGuard,
     name: str = "upstream",
+    keepalive_seconds: float = 30.0,
 ) -> Upstream:
     """The gateway's own client (`wire.py`) unless a test passes a transport or the settings
     ask for aiohttp or httpx. The forwarder's is `upstream`, the scraper's `scrape` (its own
-    connections; `name` labels the loopback guard's refusals)."""
+    connections; `name` labels the loopback guard's refusals); idle connections are kept for
+    `keepalive_seconds`."""
     connect = settings.connect_timeout_seconds
+    keepalive = keepalive_seconds
     if transport is None and settings.upstream_client == "wire":
-        return WireUpstream(guard, connect_timeout=connect, name=name)
+        return WireUpstream(guard, connect_timeout=connect, keepalive_seconds=keepalive, name=name)
     if transport is None and settings.upstream_client == "aiohttp":
-        return AiohttpUpstream(guard, connect_timeout=connect, name=name)
+        return AiohttpUpstream(
+            guard, connect_timeout=connect, keepalive_seconds=keepalive, name=name
+        )
     limits = httpx.Limits(
         max_connections=None,
         max_keepalive_connections=settings.keepalive_connections,
-        keepalive_expiry=30,
+        keepalive_expiry=keepalive,
     )
     client = httpx.AsyncClient(
         transport=guarded(transport, guard, name, limits), limits=limits, timeout=None
@@ -141,6 +155,35 @@ async def _freeze_when_discovered(source: Discovery) -> None:
     frozen = freeze_startup_heap()
     log.info("froze %d objects with the discovered fleet out of the garbage collector's way "
              "(%.0f ms)", frozen, (time.perf_counter() - started) * 1000)  # fmt: skip
+
+
+def _freeze(
+    settings: GatewaySettings, source: Discovery, refreezer: Refreezer | None
+) -> list[asyncio.Task[None]]:
+    """The heap frozen now, and the tasks that freeze it again: once the fleet is discovered,
+    and after long full collections (`gc_pauses`); none without `freeze_startup_heap`."""
+    if not settings.freeze_startup_heap:
+        return []
+    frozen = freeze_startup_heap()
+    log.info("froze %d start-up objects out of the garbage collector's way", frozen)
+    tasks = [asyncio.create_task(_freeze_when_discovered(source))]
+    if refreezer is not None:
+        tasks.append(asyncio.create_task(refreezer.forever()))
+    return tasks
+
+
+def _refreezer_from(settings: GatewaySettings, metrics: GatewayMetrics) -> Refreezer | None:
+    """The heap frozen again after a long full collection (`gc_pauses`), when asked for."""
+    after = settings.refreeze_after_pause_seconds
+    if not settings.freeze_startup_heap or after is None:
+        return None
+
+    def frozen(paused: float) -> None:
+        metrics.gc_refreezes.inc()
+        log.info("a full garbage collection paused %.0f ms: froze what it left alive too",
+                 paused * 1000)  # fmt: skip
+
+    return Refreezer(after, on_freeze=frozen)
 
 
 def create_app(
@@ -184,21 +227,22 @@ def create_app(
         settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc(), log
     )
     upstream = _upstream_from(settings, transport, guard)
-    # The scraper bounds its own scrapes in flight (`scrape_concurrency`).
-    scrape_upstream = _upstream_from(settings, transport, guard, "scrape")
+    # The scraper bounds its own scrapes in flight (`scrape_concurrency`). Its connections are
+    # kept only until the next scrape of a pool with traffic is due: an engine scraped less
+    # often (the fleet's scrapes past `scrape_max_per_second`) would otherwise hold a socket,
+    # and ~10 objects for the collector to walk, per engine of the fleet.
+    scrape_keepalive = SCRAPE_KEEPALIVE_INTERVALS * settings.scrape_interval_seconds
+    scrape_upstream = _upstream_from(settings, transport, guard, "scrape", scrape_keepalive)
     scraper = Scraper(scrape_upstream, table, source, metrics, settings, clock=clock)
     forwarder = Forwarder(settings, upstream, table, metrics)
-    pauses = PauseRecorder(metrics.gc_pauses)
+    refreezer = _refreezer_from(settings, metrics)
+    pauses = PauseRecorder(metrics.gc_pauses, refreezer)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await source.start()
         scraping = asyncio.create_task(scraper.forever())
-        freezing = None
-        if settings.freeze_startup_heap:
-            frozen = freeze_startup_heap()
-            log.info("froze %d start-up objects out of the garbage collector's way", frozen)
-            freezing = asyncio.create_task(_freeze_when_discovered(source))
+        freezing = _freeze(settings, source, refreezer)
         pauses.start()
         lag = LoopLag.started(metrics.loop_lag, metrics.loop_lag_max)
         reloading = (
@@ -209,7 +253,8 @@ def create_app(
         try:
             yield
         finally:
-            await cancel_and_wait(freezing)
+            for task in freezing:
+                await cancel_and_wait(task)
             await cancel_and_wait(reloading)
             pauses.stop()
             await lag.stop()
@@ -319,8 +364,14 @@ def _metrics_route(app: FastAPI, metrics: GatewayMetrics) -> None:
         # about a second of work that, on the event loop, every request in flight waited out
         # (the scale benchmark's polls showed loop lag past 1 s). prometheus_client copies each
         # metric's children under its lock, and discovery's snapshot is immutable.
-        body = await asyncio.to_thread(metrics.exposition)
+        # With the collector paused meanwhile (`gc_pauses.collector_paused`).
+        body = await asyncio.to_thread(_exposition, metrics)
         return Response(body, media_type="text/plain; version=0.0.4")
+
+
+def _exposition(metrics: GatewayMetrics) -> bytes:
+    with collector_paused():
+        return metrics.exposition()
 
 
 class _KeyGuard:

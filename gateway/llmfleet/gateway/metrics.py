@@ -98,6 +98,12 @@ class GatewayMetrics:
             buckets=_GC_BUCKETS,
             registry=r,
         )
+        self.gc_refreezes = Counter(
+            "llmfleet_gateway_gc_refreezes",
+            "Times the heap was frozen again after a long full collection (the state traffic "
+            "made since start-up; `refreeze_after_pause_seconds`).",
+            registry=r,
+        )
         self.loop_lag = Histogram(
             "llmfleet_gateway_event_loop_lag_seconds",
             "How late the event loop ran a timer that was due, sampled every 50 ms: what every "

@@ -8,11 +8,12 @@ An engine needs none of that: one POST with three headers, a status, a content t
 scrape: bench/scrape_cost.py).
 
 What it does:
-- one pool of idle keep-alive connections per engine (host, port); a connection carries one
-  request at a time; an idle connection the engine closed is never reused, and a reused one
-  that dies before any byte of the answer is retried once on a new connection (the engine
-  closed it while the request was on its way: uvicorn-based engines close idle connections
-  after 5 s);
+- one pool of idle keep-alive connections per engine (host, port), each kept for
+  `keepalive_seconds` (idle ones are swept every half of it, for every engine); a connection
+  carries one request at a time; an idle connection the engine closed is never reused, and a
+  reused one that dies before any byte of the answer is retried once on a new connection (the
+  engine closed it while the request was on its way: uvicorn-based engines close idle
+  connections after 5 s);
 - the request is written as prebuilt bytes (request line, Host, Content-Type, X-Request-Id,
   Content-Length) plus the body, in one `writelines`;
 - the answer's body is handed over as the bytes arrive (httptools undoes chunked encoding);
@@ -72,7 +73,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.answer: _Answer | None = None
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._reading = True
 
     # asyncio.Protocol
@@ -80,8 +81,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self.answer is None:  # bytes nobody asked for: the connection cannot be trusted
-            self.close()
+        if self.answer is None or self._parser is None:  # bytes nobody asked for: the
+            self.close()  # connection cannot be trusted
             return
         try:
             self._parser.feed_data(data)
@@ -95,8 +96,14 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._pool.forget(self)
-        if self.answer is not None:
-            self.answer.connection_lost(exc)
+        answer, self.answer = self.answer, None
+        if answer is not None:
+            answer.connection_lost(exc)
+        # No cycle outlives the connection (the parser calls back into it, the answer points
+        # back at it): a closed connection is freed by reference counting, also when the
+        # gateway's heap was frozen while it was open (`gc_pauses.py`).
+        self._parser = None
+        self.transport = None
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -104,10 +111,9 @@ class _Connection(asyncio.Protocol):
             self.answer.header(name, value)
 
     def on_headers_complete(self) -> None:
-        if self.answer is not None:
-            self.answer.headers_complete(
-                self._parser.get_status_code(), self._parser.should_keep_alive()
-            )
+        parser = self._parser
+        if self.answer is not None and parser is not None:
+            self.answer.headers_complete(parser.get_status_code(), parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
         if self.answer is not None:
@@ -130,7 +136,8 @@ class _Connection(asyncio.Protocol):
 
     def reset_for_reuse(self) -> None:
         self.answer = None
-        self._parser = httptools.HttpResponseParser(self)
+        if not self.closed:
+            self._parser = httptools.HttpResponseParser(self)
         self.resume()
 
     def close(self) -> None:
@@ -306,6 +313,7 @@ class WireUpstream:
         self._idle: dict[tuple[str, int], collections.deque[tuple[float, _Connection]]] = {}
         self._open: set[_Connection] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._swept = 0.0
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -358,9 +366,29 @@ class WireUpstream:
         idle ones, closed by the engine or past `keepalive_seconds`, are dropped on the way."""
         idle = self._idle.setdefault(key, collections.deque())
         now = self.loop.time()
-        while idle and (idle[0][1].closed or now - idle[0][0] >= self._keepalive):
-            idle.popleft()[1].close()
+        self._expire(idle, now)
         idle.append((now, connection))
+        if now - self._swept >= self._keepalive / 2:
+            self._sweep(now)
+
+    def _expire(self, idle: collections.deque[tuple[float, _Connection]], now: float) -> None:
+        while idle and (idle[0][1].closed or now - idle[0][0] >= self._keepalive):
+            connection = idle.popleft()[1]
+            connection.close()
+            self._open.discard(connection)
+
+    def _sweep(self, now: float) -> None:
+        """Close the idle connections past `keepalive_seconds` of every engine, not only of
+        those asked again: with thousands of engines each asked once in a while (the scraper
+        over an idle fleet), a connection per engine would otherwise stay open for good.
+        Done every half `keepalive_seconds`, so what is kept is what the last keep-alive
+        period used."""
+        self._swept = now
+        for key in list(self._idle):
+            idle = self._idle[key]
+            self._expire(idle, now)
+            if not idle:
+                del self._idle[key]
 
     def forget(self, connection: _Connection) -> None:
         self._open.discard(connection)
