@@ -30,6 +30,7 @@ def test_the_chart_has_rule_files_and_their_tests() -> None:
     assert [path.name for path in RULE_TESTS] == [
         "gpu.test.yaml",
         "llm.test.yaml",
+        "pools.test.yaml",
         "slo.test.yaml",
     ]
 

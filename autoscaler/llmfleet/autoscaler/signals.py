@@ -20,6 +20,11 @@ holds only its services' pools. Measured: `bench/autoscaler_query_scale.py`,
 `bench/results/issue28-autoscaler-query-scale.txt`. The chunks of one pass are evaluated at
 slightly different instants (within the pass), which no decision compares across services.
 
+Recorded series. Where Prometheus evaluates recording rules of exactly these expressions with
+this reader's windows (the chart's group `llmfleet.pools`), the full pass reads the pools'
+recorded series instead, the same signals with the same meaning as of the rules' last
+evaluation (`recorded.py`; `PrometheusSignals` says when and what each read costs).
+
 Meaning of each field, and what absence means (`PoolSignals` documents units):
 - a pool is present when its engines' `vllm:num_requests_running` gauge is; otherwise it is
   absent from the result and the policy holds it (fail-static);
