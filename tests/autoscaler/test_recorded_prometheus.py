@@ -178,11 +178,14 @@ def test_the_recorded_pass_reads_what_the_raw_pass_reads(
             assert recorded.rules.interval_s == 1
 
             def both() -> tuple[dict[str, PoolSignals], dict[str, PoolSignals]] | None:
-                """One read of each path, once both see every pool and agree; None until then
-                (windows still filling; or a scrape whose sample is later than one rate
-                window's extrapolation reaches, on a busy machine: then the next try)."""
+                """One read of each path, once the raw one has full rate windows (its rate is
+                the exporter's slope: every pool's two pods, 2 requests a second each) and the
+                two agree; None until then (windows still filling, or on a busy machine a
+                scrape late enough that one window's extrapolation differs: the next try)."""
                 a, b = _pools(recorded), _pools(raw)
                 if len(a) != len(POOLS) or a.keys() != b.keys():
+                    return None
+                if not all(math.isclose(found.request_rate, 4.0) for found in b.values()):
                     return None
                 return (a, b) if all(_equal(a[key], b[key]) for key in a) else None
 

@@ -116,21 +116,23 @@ def check_rules(groups: Sequence[Mapping[str, Any]], options: QueryOptions) -> R
         for rule in group.get("rules", []):
             if rule.get("type") == "recording":
                 found.setdefault(rule["name"], []).append((rule, float(group["interval"])))
-    intervals = []
-    for name, expr in recording_rules(options).items():
+    wanted = recording_rules(options)
+    for name, expr in wanted.items():
         rules = found.get(name, [])
         if not rules:
             return RulesCheck(f"no recording rule {name}")
         if len(rules) > 1:
             return RulesCheck(f"{len(rules)} recording rules write {name}")
-        rule, interval = rules[0]
-        if _canonical(rule.get("query", "")) != _canonical(expr):
+        query = rules[0][0].get("query", "")
+        if _canonical(query) != _canonical(expr):
             return RulesCheck(
-                f"{name} records {rule.get('query')!r}, not the autoscaler's {expr!r} "
+                f"{name} records {query!r}, not the autoscaler's {expr!r} "
                 "(other windows or an older chart)"
             )
+    # Only then their health: a rule not evaluated yet is a matter of seconds.
+    for name in wanted:
+        rule, _ = found[name][0]
         if rule.get("health") != "ok":
             error = rule.get("lastError") or "not evaluated yet"
             return RulesCheck(f"{name} is {rule.get('health')}: {error}")
-        intervals.append(interval)
-    return RulesCheck("", max(intervals, default=0.0))
+    return RulesCheck("", max(found[name][0][1] for name in wanted))
