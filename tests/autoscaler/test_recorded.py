@@ -115,6 +115,11 @@ OTHER = recording_rules(QueryOptions(rate_window="2m"))
             id="not-evaluated-yet",
         ),
         pytest.param(
+            groups(recording_rules(DEFAULTS), interval=60),
+            "evaluated every 60 s, more than 30 s",
+            id="evaluated-too-seldom",
+        ),
+        pytest.param(
             groups(recording_rules(DEFAULTS), health="err", lastError="query timed out"),
             "is err: query timed out",
             id="failing",

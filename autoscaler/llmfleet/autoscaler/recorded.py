@@ -33,8 +33,8 @@ What differs from the raw read (the autoscaler's docs, docs/architecture.md, say
 Detection. `check_rules` compares Prometheus' `/api/v1/rules` answer with `recording_rules` of
 the autoscaler's own options: every record must exist once, healthy (evaluated without error),
 with exactly that expression (whitespace aside: Prometheus answers with its own formatting).
-Custom windows, an older chart, or rules not loaded at all: the raw query, never a record of
-other windows.
+Custom windows, an older chart, rules not loaded at all, or evaluated less often than every
+30 s: the raw query, never a record of other windows or one too old.
 """
 
 from __future__ import annotations
@@ -108,9 +108,16 @@ def _canonical(expr: str) -> str:
     return "".join(expr.split())
 
 
-def check_rules(groups: Sequence[Mapping[str, Any]], options: QueryOptions) -> RulesCheck:
-    """Whether Prometheus records every series the recorded pass reads, with `options`' windows
-    (pure), from `/api/v1/rules`' `data.groups`."""
+def check_rules(
+    groups: Sequence[Mapping[str, Any]], options: QueryOptions, max_interval_s: float = 30.0
+) -> RulesCheck:
+    """Whether Prometheus records every series the recorded pass reads, with `options`' windows,
+    at least every `max_interval_s` (pure), from `/api/v1/rules`' `data.groups`.
+
+    NOTE: the interval bounds how old a read is: a record's newest-sample time is up to one
+    evaluation plus one scrape old when read, and the policy holds a pool whose newest sample is
+    over 60 s old (`PolicyConfig.stale_after_s`), so a group evaluated every minute (Prometheus'
+    default) would hold pools at random: the raw series instead."""
     found: dict[str, list[tuple[Mapping[str, Any], float]]] = {}
     for group in groups:
         for rule in group.get("rules", []):
@@ -135,4 +142,10 @@ def check_rules(groups: Sequence[Mapping[str, Any]], options: QueryOptions) -> R
         if rule.get("health") != "ok":
             error = rule.get("lastError") or "not evaluated yet"
             return RulesCheck(f"{name} is {rule.get('health')}: {error}")
-    return RulesCheck("", max(found[name][0][1] for name in wanted))
+    interval = max(found[name][0][1] for name in wanted)
+    if interval > max_interval_s:
+        return RulesCheck(
+            f"the records are evaluated every {interval:g} s, more than {max_interval_s:g} s",
+            interval,
+        )
+    return RulesCheck("", interval)
