@@ -120,10 +120,15 @@ def fleet_pods(kubeconfig: Path, namespace: str) -> list[dict[str, str]]:
     ]  # fmt: skip
 
 
-class Prometheus:
-    """Prometheus 2.42 on a free 127.0.0.1 port, scraping the exporter at `target`."""
+CHART_RULES = BENCH.parent / "charts" / "llmfleet" / "files" / "rules"
 
-    def __init__(self, target: str, workdir: Path) -> None:
+
+class Prometheus:
+    """Prometheus 2.42 on a free 127.0.0.1 port, scraping the exporter at `target`; with
+    `chart_rules`, evaluating the chart's rule files (`charts/llmfleet/files/rules/`: its
+    recording rules, which the autoscaler's full pass reads when they are there, and alerts)."""
+
+    def __init__(self, target: str, workdir: Path, *, chart_rules: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         interval = f"{SCRAPE_SECONDS}s"
@@ -133,6 +138,8 @@ class Prometheus:
             "scrape_configs": [{"job_name": "engines", "honor_labels": True,
                                 "static_configs": [{"targets": [target]}]}],
         }  # fmt: skip
+        if chart_rules:
+            config["rule_files"] = [str(path) for path in sorted(CHART_RULES.glob("*.yaml"))]
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         command = [str(build.ensure_binary("prometheus")),
@@ -152,6 +159,21 @@ class Prometheus:
     def head_series(self) -> float:
         found = _samples(_get(f"{self.url}/metrics"), "prometheus_tsdb_head_series")
         return sum(found.values())
+
+    def rule_groups(self) -> dict[str, tuple[float, float, float]]:
+        """Rule group name -> (seconds its last evaluation took, its interval, evaluations
+        missed because the one before was still running), from Prometheus' own metrics."""
+        text = _get(f"{self.url}/metrics")
+
+        def by_group(name: str) -> dict[str, float]:
+            return {labels.split(";")[-1].rstrip('"}'): value
+                    for labels, value in _samples(text, name).items()}  # fmt: skip
+
+        last = by_group("prometheus_rule_group_last_duration_seconds")
+        interval = by_group("prometheus_rule_group_interval_seconds")
+        missed = by_group("prometheus_rule_group_iterations_missed_total")
+        return {group: (last[group], interval.get(group, 0.0), missed.get(group, 0.0))
+                for group in last}  # fmt: skip
 
     def queries(self) -> float:
         """Instant queries Prometheus has answered (its own counter)."""

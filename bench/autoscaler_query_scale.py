@@ -2,23 +2,29 @@
 
 Starts the stand-in exporter (`_fleet_metrics.py`) for `--services` services of
 `--pods-per-service` pods each (one pool, `unified`, in one namespace) and a Prometheus 2.42
-scraping it every 15 s (`_autoscaler.Prometheus`, the production scrape interval), waits until
-every pod's rates have two samples and then `--warmup-seconds` more (so the 1m windows hold
-what they hold in production: four samples), then times, `--repeats` times each, medians:
+scraping it every 15 s (`_autoscaler.Prometheus`, the production scrape interval) and
+evaluating the chart's rule files (its recording group `llmfleet.pools` every 15 s, as in
+production), waits until every pod's rates have two samples and then `--warmup-seconds` more
+(so the 1m windows hold what they hold in production: four samples) and until the autoscaler
+would read the recorded series, then times, `--repeats` times each, medians:
 
 1. the full pass as it is (`after`) beside the pass at git revision `--baseline` (`before`),
    measured in turn, repeat by repeat: the whole fleet's combined query (`combined_query` of
    `signal_queries`, the namespace matcher) as one HTTP call, and `PrometheusSignals.
-   read_services` (HTTP and parse): the revision's, this checkout's in one query, and this
-   checkout's with its defaults (chunks of services, bounded concurrency);
+   read_services` (HTTP and parse): the revision's, this checkout's raw read in one query and
+   with its defaults (chunks of services, bounded concurrency), and this checkout's read of
+   the recorded series (`recorded.py`, what the autoscaler reads by default when Prometheus
+   has the chart's rules);
 2. with `--signals`, each signal's expression alone, for every service (which signals cost
    what);
 3. this checkout's combined query split by service: K chunks (`--chunks`), each its services'
    names as one `llmfleet_dev_service=~"a|b|..."` matcher, C at once (`--concurrency`): wall
    time of the whole pass, and the slowest chunk.
 
-All of it against the same Prometheus in the same run, so the figures compare. Prometheus'
-head series, its CPU over the measurements and the exporter's CPU close the output. Refuses to
+All of it against the same Prometheus in the same run, so the figures compare; the raw reads
+share Prometheus' cores with its rule evaluation, as they would in production with the chart.
+Prometheus' head series, its CPU over the measurements, each rule group's last evaluation time
+(with its interval and missed evaluations) and the exporter's CPU close the output. Refuses to
 start outside a loopback-only namespace.
 
     .venv/bin/llmfleet isolated -- nice .venv/bin/python bench/autoscaler_query_scale.py \\
@@ -141,12 +147,15 @@ def measure(url: str, args: argparse.Namespace) -> list[tuple[str, str]]:
     every = signal_queries(options, matchers(NAMESPACE))
     names = [f"svc-{s:04d}" for s in range(args.services)]
     wanted = {(NAMESPACE, name): [POOL] for name in names}
-    now = PrometheusSignals(url, timeout_s=120)
-    one = PrometheusSignals(url, timeout_s=120, chunk_services=len(names))
+    now = PrometheusSignals(url, timeout_s=120, recorded_rules="off")
+    one = PrometheusSignals(url, timeout_s=120, chunk_services=len(names), recorded_rules="off")
+    recorded = PrometheusSignals(url, timeout_s=120)
+    if recorded.source() != "recorded":
+        raise SystemExit(f"no recorded series to read: {recorded.rules.problem}")
     # The pass as it is, beside the pass as it was: measured in turn, repeat by repeat, so that
     # both see the same machine.
     compared: dict[str, Callable[[], float]] = {}
-    closing = [now, one]
+    closing = [now, one, recorded]
     if args.baseline:
         before = signals_of(args.baseline)
         old = before.PrometheusSignals(url, timeout_s=120)
@@ -168,6 +177,10 @@ def measure(url: str, args: argparse.Namespace) -> list[tuple[str, str]]:
     compared[
         f"after: read_services (chunks of {now.chunk_services}, {now.concurrency} at once) [ms]"
     ] = timed_read(now, wanted)
+    compared[
+        f"after: read_services from recorded series (chunks of {recorded.chunk_services}, "
+        f"{recorded.concurrency} at once) [ms]"
+    ] = timed_read(recorded, wanted)
     rows: list[tuple[str, str]] = []
     try:
         for run in compared.values():
@@ -177,9 +190,10 @@ def measure(url: str, args: argparse.Namespace) -> list[tuple[str, str]]:
             for label, run in compared.items():
                 taken[label].append(run())
         rows += [(label, f"{statistics.median(t) * 1000:.0f}") for label, t in taken.items()]
-        read = now.read_services(wanted)
-        found = sum(len(pools) for pools in read.values() if isinstance(pools, dict))
-        rows.append(("after: pools found (of services)", f"{found} ({len(names)})"))
+        for label, signals in (("raw", now), ("recorded", recorded)):
+            read = signals.read_services(wanted)
+            found = sum(len(pools) for pools in read.values() if isinstance(pools, dict))
+            rows.append((f"after, {label}: pools found (of services)", f"{found} ({len(names)})"))
     finally:
         for signals in closing:
             signals.close()
@@ -240,7 +254,7 @@ def main() -> None:
         )
         processes: list[subprocess.Popen[bytes]] = [exporter]
         try:
-            prometheus = Prometheus(f"127.0.0.1:{port}", workdir / "prometheus")
+            prometheus = Prometheus(f"127.0.0.1:{port}", workdir / "prometheus", chart_rules=True)
             processes.append(prometheus.process)
             print(f"Prometheus scraping {len(fleet)} pods' stand-in series ...", flush=True)
             _wait(
@@ -253,6 +267,16 @@ def main() -> None:
                 every=2,
             )
             time.sleep(args.warmup_seconds)
+            _wait(
+                "the recorded series of every pool",
+                lambda: (
+                    prometheus.value("count(llmfleet_pool:time_to_first_token_seconds_bucket"
+                                     ':increase1m{le="+Inf"} > 0)')
+                    >= args.services
+                ),
+                timeout=SCRAPE_SECONDS * 8,
+                every=2,
+            )  # fmt: skip
             ps = psutil.Process(prometheus.process.pid)
             cpu = cpu_seconds(ps)
             started = time.monotonic()
@@ -269,6 +293,9 @@ def main() -> None:
                 ),
                 ("stand-in exporter: CPU [s]", f"{cpu_seconds(psutil.Process(exporter.pid)):.1f}"),
             ]
+            for group, (last, every, missed) in sorted(prometheus.rule_groups().items()):
+                label = f"Prometheus: rule group {group}, every {every:.0f} s: last evaluation [s]"
+                rows.append((f"{label} (missed)", f"{last:.2f} ({missed:.0f})"))
         finally:
             for process in reversed(processes):
                 if process.poll() is None:

@@ -10,7 +10,8 @@ tests of the signals layer and of the autoscaler reading it.
 Prometheus scrapes every second (`scrape_interval`) the targets listed in file-based service
 discovery files: `engines.json` (job `engines`, the target's labels added to its series, as the
 ServiceMonitor's podTargetLabels do) and `exporters.json` (job `exporters`, `honor_labels`, for
-stand-ins of exporters such as DCGM's that label series with the pod they describe).
+stand-ins of exporters such as DCGM's that label series with the pod they describe). It
+evaluates the rule files it is given (`rule_files`) every second unless a group says otherwise.
 """
 
 from __future__ import annotations
@@ -125,8 +126,10 @@ class Prometheus:
         *,
         scrape_interval: str = "1s",
         lifecycle: bool = False,
+        rule_files: Sequence[Path] = (),
     ) -> None:
         self.binary = binary
+        self.rule_files = list(rule_files)
         self.directory = directory
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -151,6 +154,7 @@ class Prometheus:
                 "evaluation_interval": self.scrape_interval,
             },
             "scrape_configs": [job("engines", False), job("exporters", True)],
+            "rule_files": [str(path) for path in self.rule_files],
         }
 
     def start(self) -> Prometheus:

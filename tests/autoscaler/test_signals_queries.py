@@ -371,6 +371,10 @@ class _Stub(BaseHTTPRequestHandler):
     queries: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
+        if urlsplit(self.path).path == "/api/v1/rules":  # no recording rules: raw passes
+            self.send_response(404)
+            self.end_headers()
+            return
         query = parse_qs(urlsplit(self.path).query)["query"][0]
         type(self).queries.append(query)
         named = re.search(r'llmfleet_dev_service=~"([^"]*)"', query)

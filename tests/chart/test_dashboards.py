@@ -300,6 +300,9 @@ def test_panels_show_data_from_a_real_prometheus(
             time.sleep(8)
             recorded = f'llmfleet_service:ttft_seconds:p95_rate5m{{service="{SERVICE}"}}'
             wait_for(lambda: instant(prometheus, recorded) or None, 30, "the recording rules")
+            # The pool group runs every 15 s (its own interval), not every second.
+            pools = "llmfleet_pool:gpu_utilization:mean"
+            wait_for(lambda: instant(prometheus, pools) or None, 45, "the pool recording rules")
             shown: dict[str, set[str]] = {}
             for path in DASHBOARDS:
                 for query in queries(path):

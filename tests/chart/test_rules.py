@@ -7,10 +7,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from llmfleet.autoscaler.recorded import RulesCheck, check_rules, recording_rules
+from llmfleet.autoscaler.settings import AutoscalerSettings
 from llmfleet.autoscaler.signals import HISTOGRAMS, QueryOptions, matchers, signal_queries
 from tests.chart.monitoring import REPO, RULE_FILES, RULE_TESTS, promtool, rules
 
@@ -27,6 +30,7 @@ def test_the_chart_has_rule_files_and_their_tests() -> None:
     assert [path.name for path in RULE_TESTS] == [
         "gpu.test.yaml",
         "llm.test.yaml",
+        "pools.test.yaml",
         "slo.test.yaml",
     ]
 
@@ -118,6 +122,47 @@ def test_pool_recording_rules_are_the_autoscalers_queries(record: str) -> None:
     expected = " or ".join(_promql(signal) for signal in MIRRORED[record])
     recorded = {rule.name: rule.expr for rule in rules() if not rule.alert}[record]
     assert _normalized(recorded) == _normalized(expected)
+
+
+def _pools_group() -> dict[str, Any]:
+    groups = yaml.safe_load((RULE_FILES[0].parent / "recording.yaml").read_text())["groups"]
+    found: dict[str, Any] = next(g for g in groups if g["name"] == "llmfleet.pools")
+    return found
+
+
+@pytest.mark.parametrize("record", sorted(recording_rules(QueryOptions())))
+def test_the_chart_records_what_the_autoscalers_full_pass_reads(record: str) -> None:
+    """Every record of the recorded full pass (`recorded.recording_rules` at the defaults) is
+    in the chart, with the expression the autoscaler would evaluate itself."""
+    recorded = {rule["record"]: rule["expr"] for rule in _pools_group()["rules"]}
+    assert record in recorded
+    assert _normalized(recorded[record]) == _normalized(recording_rules(QueryOptions())[record])
+
+
+def test_the_autoscalers_default_settings_read_the_charts_records() -> None:
+    """The autoscaler, as the chart deploys it by default, finds the chart's records usable
+    (its `/api/v1/rules` check, on the chart's rules as Prometheus would list them)."""
+    settings = AutoscalerSettings()
+    options = QueryOptions(
+        rate_window=settings.rate_window,
+        peak_window=settings.peak_window,
+        peak_step=settings.scrape_interval,
+        quantile=settings.latency_quantile,
+    )
+    group = _pools_group()
+    listed = [
+        {
+            "name": group["name"],
+            "interval": 15,
+            "rules": [
+                {"name": rule["record"], "query": rule["expr"], "health": "ok",
+                 "type": "recording"}
+                for rule in group["rules"]
+            ],
+        }
+    ]  # fmt: skip
+    assert group["interval"] == "15s"
+    assert check_rules(listed, options) == RulesCheck("", 15.0)
 
 
 @pytest.mark.parametrize(

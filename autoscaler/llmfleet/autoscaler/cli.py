@@ -114,6 +114,7 @@ def run(
             peak_step=settings.scrape_interval,
             chunk_services=settings.query_chunk_services,
             concurrency=settings.query_concurrency,
+            recorded_rules=settings.recorded_rules,
             guard=LoopbackGuard(
                 settings.loopback_only,
                 lambda client: metrics.nonlocal_refused.labels(client).inc(),

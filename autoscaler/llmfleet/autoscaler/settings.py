@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -45,6 +46,16 @@ class AutoscalerSettings(LoopbackSettings):
     query_concurrency: int = Field(default=2, ge=1)
     """A full pass's queries in flight at once: Prometheus evaluates each query on one core, so
     about the cores it can spare."""
+    recorded_rules: Literal["auto", "off"] = "auto"
+    """What a full pass reads. `auto`: the pools' recorded series (the chart's recording rules,
+    group `llmfleet.pools`) whenever Prometheus' `/api/v1/rules` shows every one the pass needs
+    with this autoscaler's own windows (asked at start and every minute), else the engines' raw
+    series; `off`: always the raw series. The recorded read is a few series per pool instead of
+    every pod's (1,000 services x 10 pods: `bench/autoscaler_query_scale.py`), but its figures
+    are as of the rules' last evaluation (up to one evaluation interval, 15 s in the chart,
+    older) and a new pool is held until the next evaluation; Prometheus still pays for the
+    evaluation, on its schedule rather than inside the pass. The fast pass always reads the
+    raw gauges (`signals.PrometheusSignals`, `recorded.py`)."""
     latency_quantile: float = Field(default=0.95, gt=0.5, lt=1)
     """The percentile the services' TTFT and ITL targets hold for (0.99: 99% of requests within
     the target); the CRD names its fields after the default."""

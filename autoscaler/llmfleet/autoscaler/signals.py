@@ -20,6 +20,11 @@ holds only its services' pools. Measured: `bench/autoscaler_query_scale.py`,
 `bench/results/issue28-autoscaler-query-scale.txt`. The chunks of one pass are evaluated at
 slightly different instants (within the pass), which no decision compares across services.
 
+Recorded series. Where Prometheus evaluates recording rules of exactly these expressions with
+this reader's windows (the chart's group `llmfleet.pools`), the full pass reads the pools'
+recorded series instead, the same signals with the same meaning as of the rules' last
+evaluation (`recorded.py`; `PrometheusSignals` says when and what each read costs).
+
 Meaning of each field, and what absence means (`PoolSignals` documents units):
 - a pool is present when its engines' `vllm:num_requests_running` gauge is; otherwise it is
   absent from the result and the policy holds it (fail-static);
@@ -85,9 +90,11 @@ caller turns that into `signals=None` for every pool with a logged reason.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -100,29 +107,52 @@ from urllib3.util.retry import Retry
 
 from llmfleet.autoscaler.goodput import LatencyHistogram
 from llmfleet.autoscaler.inputs import PoolSignals
+from llmfleet.autoscaler.promql import (
+    GAUGES,
+    HISTOGRAMS,
+    NAMESPACE_LABEL,
+    POOL_LABEL,
+    SERVICE_LABEL,
+    SIGNAL_LABEL,
+    Chunk,
+    QueryOptions,
+    ServiceKey,
+    chunks,
+    combined_query,
+    gauge_queries,
+    matchers,
+    signal_queries,
+)
+from llmfleet.autoscaler.recorded import RulesCheck, check_rules, recorded_queries
 from llmfleet.core.loopback import LoopbackGuard
 
-NAMESPACE_LABEL = "namespace"
-SERVICE_LABEL = "llmfleet_dev_service"
-"""`llmfleet.dev/service` as Prometheus spells a pod target label."""
-POOL_LABEL = "llmfleet_dev_pool"
-SIGNAL_LABEL = "llmfleet_signal"
-"""Added to each signal's result to tell them apart in the combined answer."""
+log = logging.getLogger("llmfleet.autoscaler")
 
-_BY = f"{NAMESPACE_LABEL}, {SERVICE_LABEL}, {POOL_LABEL}"
-HISTOGRAMS = {
-    "ttft_buckets": "vllm:time_to_first_token_seconds",
-    "prefill_buckets": "vllm:request_prefill_time_seconds",
-    "itl_request_buckets": "vllm:request_time_per_output_token_seconds",
-    "itl_gap_buckets": "vllm:inter_token_latency_seconds",
-    "tpot_buckets": "vllm:time_per_output_token_seconds",
-}
-"""Signals whose samples are buckets (one per `le`) -> the histogram they read."""
+__all__ = [
+    "GAUGES",
+    "HISTOGRAMS",
+    "NAMESPACE_LABEL",
+    "POOL_LABEL",
+    "SERVICE_LABEL",
+    "SIGNAL_LABEL",
+    "Chunk",
+    "PoolKey",
+    "PrometheusSignals",
+    "QueryOptions",
+    "ServiceKey",
+    "SignalsUnavailable",
+    "chunks",
+    "combined_query",
+    "gauge_queries",
+    "matchers",
+    "parse",
+    "signal_queries",
+]
+
 _ITL_HISTOGRAM = ("itl_request_buckets", "itl_gap_buckets", "tpot_buckets")
 """The ITL histogram's sources, preferred first (module docstring)."""
 _ITL_GAPS = ("itl_gap_buckets", "tpot_buckets")
 """The ITL quantile's sources, preferred first: token gaps, vLLM's name since 0.10 first."""
-_DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 
 
 class SignalsUnavailable(Exception):
@@ -134,170 +164,6 @@ class PoolKey:
     namespace: str
     service: str
     pool: str
-
-
-@dataclass(frozen=True)
-class QueryOptions:
-    rate_window: str = "1m"
-    """Range of the rates and latency quantiles: at least 4 scrape intervals."""
-    mean_window: str = "5m"
-    """Range of the mean request sizes."""
-    quantile: float = 0.95
-    peak_window: str = "30s"
-    """Range of the short rate whose highest value inside `rate_window` is the peak: at least two
-    scrape intervals (the default suits 15 s scrapes)."""
-    peak_step: str = "15s"
-    """Resolution the peak is searched at: the scrape interval."""
-
-    def __post_init__(self) -> None:
-        for name in ("rate_window", "mean_window", "peak_window", "peak_step"):
-            if not _DURATION.fullmatch(getattr(self, name)):
-                raise ValueError(
-                    f"{name} must be a Prometheus duration such as 1m or 30s, "
-                    f"got {getattr(self, name)!r}"
-                )
-        if not 0 < self.quantile < 1:
-            raise ValueError(f"quantile must be between 0 and 1, got {self.quantile}")
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
-
-
-def _literal(value: str) -> str:
-    """`value` as an RE2 pattern that matches it alone (Prometheus anchors every regex)."""
-    return _RE2_SPECIAL.sub(r"\\\1", value)
-
-
-def matchers(
-    namespace: str | None = None,
-    service: str | None = None,
-    services: Sequence[str] | None = None,
-) -> str:
-    """The label matchers every engine series is selected with (pure): of one namespace, one
-    service, and/or any of `services` (one regex of their names)."""
-    parts = [f'{SERVICE_LABEL}!=""']
-    if namespace is not None:
-        parts.append(f"{NAMESPACE_LABEL}={_quote(namespace)}")
-    if service is not None:
-        parts.append(f"{SERVICE_LABEL}={_quote(service)}")
-    if services is not None:
-        parts.append(f"{SERVICE_LABEL}=~{_quote('|'.join(_literal(s) for s in services))}")
-    return ",".join(parts)
-
-
-ServiceKey = tuple[str, str]
-"""(namespace, name) of an InferenceService."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One query of a full pass: the series `match` selects, and the services it answers for."""
-
-    match: str
-    services: tuple[ServiceKey, ...]
-
-
-def chunks(wanted: Iterable[ServiceKey], size: int) -> list[Chunk]:
-    """The full pass's queries for `wanted`, each for at most `size` services (pure).
-
-    Up to `size` services in all: one query, of their namespace when they share one, else of
-    every namespace (a name matcher would only add work). More: per namespace, in name order,
-    runs of `size` services, each selected by one regex of its names; a namespace that fits in
-    one run is selected by its namespace alone. A query reads every pool of the services it
-    selects, so the split bounds each query's series (and its time, against the client's
-    timeout) by the services in it, not by the fleet."""
-    if size < 1:
-        raise ValueError(f"size must be at least 1, got {size}")
-    keys = sorted(set(wanted))
-    if len(keys) <= size:
-        namespaces = {namespace for namespace, _ in keys}
-        one = namespaces.pop() if len(namespaces) == 1 else None
-        return [Chunk(matchers(one), tuple(keys))] if keys else []
-    found: list[Chunk] = []
-    for namespace in sorted({namespace for namespace, _ in keys}):
-        mine = [key for key in keys if key[0] == namespace]
-        if len(mine) <= size:
-            found.append(Chunk(matchers(namespace), tuple(mine)))
-            continue
-        for start in range(0, len(mine), size):
-            run = mine[start : start + size]
-            names = [name for _, name in run]
-            found.append(Chunk(matchers(namespace, services=names), tuple(run)))
-    return found
-
-
-def signal_queries(options: QueryOptions, match: str) -> dict[str, str]:
-    """One PromQL expression per signal, each aggregated by (namespace, service, pool) (pure)."""
-    w, mw = options.rate_window, options.mean_window
-    pw, step = options.peak_window, options.peak_step
-
-    def rate(metric: str) -> str:
-        return f"sum by ({_BY}) (rate({metric}{{{match}}}[{w}]))"
-
-    def mean(histogram: str) -> str:
-        return (
-            f"sum by ({_BY}) (increase({histogram}_sum{{{match}}}[{mw}]))"
-            f" / sum by ({_BY}) (increase({histogram}_count{{{match}}}[{mw}]))"
-        )
-
-    def buckets(histogram: str) -> str:
-        return f"sum by ({_BY}, le) (increase({histogram}_bucket{{{match}}}[{w}]))"
-
-    def per_pod(metric: str) -> str:
-        return f"sum by ({_BY}, instance) ({metric}{{{match}}})"
-
-    kv = f"vllm:kv_cache_usage_perc{{{match}}}"
-    busy = (
-        f"({per_pod('vllm:kv_cache_usage_perc')} > 0)"
-        f" or ({per_pod('vllm:num_requests_running')}"
-        f" + {per_pod('vllm:num_requests_waiting')} > 0)"
-    )
-    pod_labels = f"namespace, pod, {SERVICE_LABEL}, {POOL_LABEL}"
-    pods = f"max by ({pod_labels}) (vllm:num_requests_running{{{match}}})"
-    return {
-        "observed_at": f"max by ({_BY}) (timestamp(vllm:num_requests_running{{{match}}}))",
-        "request_rate": rate("vllm:request_success_total"),
-        "prompt_tokens_rate": rate("vllm:prompt_tokens_total"),
-        "peak_prompt_tokens_rate": (
-            f"max_over_time((sum by ({_BY}) "
-            f"(rate(vllm:prompt_tokens_total{{{match}}}[{pw}])))[{w}:{step}])"
-        ),
-        "mean_prompt_tokens": mean("vllm:request_prompt_tokens"),
-        "mean_output_tokens": mean("vllm:request_generation_tokens"),
-        "running": f"sum by ({_BY}) (vllm:num_requests_running{{{match}}})",
-        "waiting": f"sum by ({_BY}) (vllm:num_requests_waiting{{{match}}})",
-        "kv_cache_usage": (
-            f"(sum by ({_BY}) ({kv}) / count by ({_BY}) ({busy})) or (0 * sum by ({_BY}) ({kv}))"
-        ),
-        "preemption_rate": rate("vllm:num_preemptions_total"),
-        **{signal: buckets(histogram) for signal, histogram in HISTOGRAMS.items()},
-        "gpu_utilization": (
-            f"avg by ({_BY}) (DCGM_FI_DEV_GPU_UTIL * on (namespace, pod)"
-            f" group_left ({SERVICE_LABEL}, {POOL_LABEL}) (0 * {pods} + 1)) / 100"
-        ),
-    }
-
-
-GAUGES = ("observed_at", "running", "waiting", "kv_cache_usage")
-"""The signals a fast pass reads (`PrometheusSignals.read_gauges`): instant values, no window."""
-
-
-def gauge_queries(match: str) -> dict[str, str]:
-    """The instant gauges of `signal_queries`, for the fast pass (pure)."""
-    every = signal_queries(QueryOptions(), match)
-    return {name: every[name] for name in GAUGES}
-
-
-def combined_query(queries: Mapping[str, str]) -> str:
-    """All signals in one expression, each result tagged with `llmfleet_signal` (pure)."""
-    return "\nor\n".join(
-        f'label_replace({query}, "{SIGNAL_LABEL}", "{name}", "", "")'
-        for name, query in queries.items()
-    )
 
 
 def _number(value: float | None) -> float | None:
@@ -391,6 +257,20 @@ class PrometheusSignals:
 
     No retries inside a call (the next pass is the retry) and a `timeout_s` per call, so an
     unreachable Prometheus costs one pass at most `timeout_s`, never a backoff sequence.
+
+    The full pass (`read_services`) reads one of two sources, chosen per pass (`source`):
+    - "recorded" (`recorded_rules="auto"`, when `/api/v1/rules` says Prometheus records every
+      series it needs with this reader's own windows, `recorded.check_rules`): the pools'
+      recorded series, a few instant selectors per pool. Its cost in the pass is that read
+      (about the pools' series, not the pods'); Prometheus pays the evaluation on its rule
+      schedule instead. Figures as of the last rule evaluation (`recorded.py` says what that
+      changes);
+    - "raw" (otherwise, or `recorded_rules="off"`): `signal_queries` over the engines' series,
+      evaluated inside the pass: its cost grows with the pods (about 3.5-4 s at 10,000 pods on
+      2 cores, `bench/autoscaler_query_scale.py`).
+    The rules are asked at the first full pass and then every `rules_check_s` (one small GET);
+    an answer that cannot be read means "raw" and is asked again at the next pass. The fast
+    pass and `read_all` / `read` always read the raw series.
     """
 
     def __init__(
@@ -406,12 +286,24 @@ class PrometheusSignals:
         chunk_services: int = 100,
         concurrency: int = 2,
         guard: LoopbackGuard | None = None,
+        recorded_rules: str = "auto",
+        rules_check_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if chunk_services < 1 or concurrency < 1:
             raise ValueError(
                 f"chunk_services and concurrency must be at least 1, "
                 f"got {chunk_services} and {concurrency}"
             )
+        if recorded_rules not in ("auto", "off"):
+            raise ValueError(f"recorded_rules must be auto or off, got {recorded_rules!r}")
+        self.recorded_rules = recorded_rules
+        self.rules_check_s = rules_check_s
+        self._clock = clock
+        self._rules_checked_at: float | None = None
+        self.rules = RulesCheck("not asked yet")
+        """The last readable `/api/v1/rules` answer's verdict."""
+        self._timeout_s = timeout_s
         self.url = url.rstrip("/")
         self.options = QueryOptions(rate_window, mean_window, quantile, peak_window, peak_step)
         self.chunk_services = chunk_services
@@ -420,6 +312,7 @@ class PrometheusSignals:
         session = requests.Session()
         if guard is not None and guard.enabled:
             session.max_redirects = 0  # a redirect could lead off loopback, past the check
+        self._session = session
         self._client = PrometheusConnect(
             self.url,
             retry=Retry(total=0, raise_on_status=False),
@@ -438,16 +331,25 @@ class PrometheusSignals:
     ) -> dict[ServiceKey, dict[str, PoolSignals] | SignalsUnavailable]:
         """Signals per pool of every (namespace, service) in `wanted`: the autoscaler's full
         pass. One query per `chunks(wanted, chunk_services)`, `concurrency` at once, each with
-        its own `timeout_s`. A chunk that fails is its services' `SignalsUnavailable` (the
-        others' decisions go on); when every chunk fails, raises the first one's."""
+        its own `timeout_s`, of the pass's `source()`. A chunk that fails is its services'
+        `SignalsUnavailable` (the others' decisions go on); when every chunk fails, raises the
+        first one's."""
         plan = chunks(wanted, self.chunk_services)
+        queries = recorded_queries if plan and self.source() == "recorded" else signal_queries
+
+        def one(chunk: Chunk) -> dict[PoolKey, PoolSignals] | SignalsUnavailable:
+            try:
+                return self._query(queries(self.options, chunk.match))
+            except SignalsUnavailable as error:
+                return error
+
         if len(plan) <= 1:
             results: list[dict[PoolKey, PoolSignals] | SignalsUnavailable] = [
-                self._chunk(chunk) for chunk in plan
+                one(chunk) for chunk in plan
             ]
         else:
             with ThreadPoolExecutor(min(self.concurrency, len(plan))) as pool:
-                results = list(pool.map(self._chunk, plan))
+                results = list(pool.map(one, plan))
         failed = [result for result in results if isinstance(result, SignalsUnavailable)]
         if failed and len(failed) == len(results):
             raise failed[0]
@@ -459,11 +361,42 @@ class PrometheusSignals:
                 )
         return read
 
-    def _chunk(self, chunk: Chunk) -> dict[PoolKey, PoolSignals] | SignalsUnavailable:
+    def source(self) -> str:
+        """What the full pass reads now: "recorded" or "raw" (class docstring). Asks
+        `/api/v1/rules` when its last readable answer is `rules_check_s` old, or there is none;
+        logs a change of source with its reason."""
+        if self.recorded_rules == "off":
+            return "raw"
+        now = self._clock()
+        if self._rules_checked_at is None or now - self._rules_checked_at >= self.rules_check_s:
+            before = self.rules
+            try:
+                self.rules = check_rules(self._rule_groups(), self.options)
+                self._rules_checked_at = now
+            except SignalsUnavailable as error:
+                self.rules = RulesCheck(f"rules unreadable: {error}")
+            if self.rules.problem != before.problem:
+                if self.rules.problem:
+                    log.info("full passes read the engines' raw series: %s", self.rules.problem)
+                else:
+                    log.info(
+                        "full passes read the recorded series (evaluated every %g s)",
+                        self.rules.interval_s,
+                    )
+        return "raw" if self.rules.problem else "recorded"
+
+    def _rule_groups(self) -> list[dict[str, Any]]:
+        """`/api/v1/rules?type=record`'s groups."""
+        url = f"{self.url}/api/v1/rules"
         try:
-            return self._query(signal_queries(self.options, chunk.match))
-        except SignalsUnavailable as error:
-            return error
+            if self._guard is not None:
+                self._guard.check_url(self.url, "prometheus")
+            response = self._session.get(url, params={"type": "record"}, timeout=self._timeout_s)
+            response.raise_for_status()
+            groups: list[dict[str, Any]] = response.json()["data"]["groups"]
+            return groups
+        except (OSError, KeyError, TypeError, ValueError) as error:
+            raise SignalsUnavailable(f"Prometheus at {self.url}: {_cause(error)}") from error
 
     def read_services_gauges(
         self, wanted: Mapping[tuple[str, str], Sequence[str]]
