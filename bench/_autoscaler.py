@@ -215,6 +215,17 @@ class Autoscaler:
         return len(re.findall(r"^\S+ \S+ INFO llmfleet\.autoscaler \S+/\S+: ",
                               self.log.read_text(), re.MULTILINE))  # fmt: skip
 
+    def source(self) -> str:
+        """What its full passes read, as its log said last ("recorded" or "raw: why"); "-"
+        when it said nothing yet."""
+        said = "-"
+        for line in self.log.read_text().splitlines():
+            if "full passes read the recorded series" in line:
+                said = "recorded"
+            elif "full passes read the engines' raw series: " in line:
+                said = "raw: " + line.split("raw series: ", 1)[1][:80]
+        return said
+
     def first_pass(self, timeout: float = 600) -> float:
         """Seconds from its process start until its first full pass was done."""
 
@@ -279,18 +290,25 @@ def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,
     processes: list[subprocess.Popen[bytes]] = [exporter]
     rows: list[tuple[str, str]] = []
     try:
-        prometheus = Prometheus(f"127.0.0.1:{port}", workdir / "prometheus")
+        # With the chart's recording rules, as the chart installs them: the full pass reads
+        # the recorded per-pool series once their group has been evaluated.
+        prometheus = Prometheus(f"127.0.0.1:{port}", workdir / "prometheus", chart_rules=True)
         processes.append(prometheus.process)
         print(f"Prometheus scraping {len(pods)} pods' stand-in series ...", flush=True)
-        # Two scrapes, so every rate the autoscaler asks for has samples.
+        # Two scrapes, so every rate the autoscaler asks for has samples; then the pool rules
+        # evaluated over them, so the autoscaler's first look at the rules finds them healthy.
         _wait("two scrapes of every pod", lambda: prometheus.value(
             "count(rate(vllm:request_success_total[1m]) > 0)") >= len(pods),
+            timeout=SCRAPE_SECONDS * 8, every=2)  # fmt: skip
+        _wait("the pool rules evaluated", lambda: prometheus.value(
+            "count(llmfleet_pool:requests:rate1m > 0)") >= services,
             timeout=SCRAPE_SECONDS * 8, every=2)  # fmt: skip
         autoscaler = Autoscaler(kubeconfig, namespace, prometheus.url, workdir / "autoscaler.log")
         processes.append(autoscaler.process)
         rows.append(("autoscaler: started until its first pass done [s]",
                      f"{autoscaler.first_pass():.1f}"))  # fmt: skip
         print(f"the autoscaler's passes over {window:.0f} s ...", flush=True)
+        prometheus_cpu = cpu_seconds(psutil.Process(prometheus.process.pid))
         cpu, queries, before = cpu_seconds(autoscaler.ps), prometheus.queries(), autoscaler.passes()
         errors, writes = autoscaler.errors(), autoscaler.writes()
         taken = durations(autoscaler, window)
@@ -311,6 +329,12 @@ def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,
             (f"autoscaler: CPU over {window:.0f} s [s]",
              f"{cpu_seconds(autoscaler.ps) - cpu:.1f}"),
             ("autoscaler: peak RSS [MiB]", f"{peak_rss_mib(autoscaler.process.pid):.0f}"),
+            ("autoscaler: what the full passes read (its log)", autoscaler.source()),
+            (f"Prometheus: CPU over {window:.0f} s [s] (rules, queries, scrapes)",
+             f"{cpu_seconds(psutil.Process(prometheus.process.pid)) - prometheus_cpu:.1f}"),
+            ("Prometheus: pool rules evaluation [s] (every [s], missed)",
+             "{:.2f} ({:g}, {:.0f})".format(*prometheus.rule_groups().get(
+                 "llmfleet.pools", (0.0, 0.0, 0.0)))),
             ("Prometheus: head series / peak RSS [MiB]",
              f"{prometheus.head_series():.0f} / {peak_rss_mib(prometheus.process.pid):.0f}"),
             ("stand-in exporter: CPU [s] / peak RSS [MiB]",

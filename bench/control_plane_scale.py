@@ -26,9 +26,11 @@ they act again. Each operator's reconcile p50/p99, CPU and peak RSS are read too
 Then, unless `--no-autoscaler`, autoscaling is turned on for every service (bounded to its
 pods, so the pod counts stay) and `llmfleet autoscaler` runs against a Prometheus that scrapes
 one stand-in exporter serving every pod's vLLM-style series (`_autoscaler.py`,
-`_fleet_metrics.py`): its full and fast pass p50/p99/max, Prometheus queries per pass, errors,
-CPU and peak RSS over the idle window (at least 60 s), and after a restart the time until its
-first pass is done.
+`_fleet_metrics.py`) and evaluating the chart's rules, recording rules included, as the chart
+installs them: its full and fast pass p50/p99/max, what the full passes read (the recorded
+series or the raw ones), Prometheus queries per pass and Prometheus's own CPU (rule evaluations
+included), errors, CPU and peak RSS over the idle window (at least 60 s), and after a restart
+the time until its first pass is done.
 
 With `--load-rate` (600 req/s by default), after the changes an open loop of that many
 requests a second for `--load-seconds` goes through the gateway replicas of the whole fleet, and
