@@ -36,7 +36,7 @@ RUN wheel=$(ls /usr/share/python-wheels/pip-*.whl) \
         'aiohttp>=3.10' \
         'msgspec>=0.19' \
         'orjson>=3.10' \
-        'prometheus-api-client>=0.7'
+        'requests>=2.31'
 COPY pyproject.toml /src/
 COPY README.md /src/
 COPY core/llmfleet/core/*.py /src/core/llmfleet/core/

@@ -5,7 +5,9 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -49,3 +51,14 @@ def status(url: str) -> int | None:
         return httpx.get(url, timeout=2).status_code
     except httpx.HTTPError:
         return None
+
+
+def posted_query(handler: BaseHTTPRequestHandler) -> str:
+    """The PromQL a stub Prometheus was asked in `POST /api/v1/query`: the form-encoded body's
+    `query`; fails the request's test if the URL carries parameters or the body is not a form
+    (`llmfleet.core.prometheus_http`)."""
+    url = urlsplit(handler.path)
+    assert (url.path, url.query) == ("/api/v1/query", ""), handler.path
+    assert handler.headers["Content-Type"] == "application/x-www-form-urlencoded"
+    body = handler.rfile.read(int(handler.headers["Content-Length"])).decode()
+    return parse_qs(body, strict_parsing=True)["query"][0]

@@ -12,6 +12,8 @@ discovery files: `engines.json` (job `engines`, the target's labels added to its
 ServiceMonitor's podTargetLabels do) and `exporters.json` (job `exporters`, `honor_labels`, for
 stand-ins of exporters such as DCGM's that label series with the pod they describe). It
 evaluates the rule files it is given (`rule_files`) every second unless a group says otherwise.
+
+`UriLimit` stands in front of it as the proxies of production do, refusing long URLs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -199,9 +203,13 @@ class Prometheus:
         partial.write_text(json.dumps(groups))
         partial.replace(path)  # atomic: Prometheus never reads half a file
 
-    def set_targets(self, engines: Sequence[Engine], exporters: Sequence[Target] = ()) -> None:
-        """Replace what Prometheus scrapes (picked up within about a second)."""
-        self._write_targets("engines", [engine.target for engine in engines])
+    def set_targets(
+        self, engines: Sequence[Engine | Target], exporters: Sequence[Target] = ()
+    ) -> None:
+        """Replace what Prometheus scrapes (picked up within about a second): engines, or
+        targets of the job `engines` (one engine may be scraped as several pods, each with its
+        own labels)."""
+        self._write_targets("engines", [e.target if isinstance(e, Engine) else e for e in engines])
         self._write_targets("exporters", exporters)
 
     def wait_scraped(self, engines: Sequence[Engine], timeout: float = 30) -> None:
@@ -233,6 +241,66 @@ class Prometheus:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+class UriLimit:
+    """A reverse proxy on 127.0.0.1 in front of `upstream` that answers 414 URI Too Long to a
+    request line over `limit` bytes, as nginx does past its default
+    `large_client_header_buffers` (8 KB), and forwards every other request (method, path, body
+    and its Content-Type); a context manager. `refused` holds the start of each refused
+    request line."""
+
+    def __init__(self, upstream: str, limit: int = 8192) -> None:
+        self.upstream = upstream
+        self.limit = limit
+        self.refused: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def parse_request(self) -> bool:
+                if not super().parse_request():
+                    return False
+                if len(self.requestline) > proxy.limit:
+                    proxy.refused.append(self.requestline[:60])
+                    self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                    return False
+                return True
+
+            def forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                kind = self.headers.get("Content-Type")
+                answer = httpx.request(
+                    self.command,
+                    f"{proxy.upstream}{self.path}",
+                    content=body,
+                    headers={"Content-Type": kind} if kind else {},
+                    timeout=30,
+                )
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("Content-Type", "text/plain"))
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = forward
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> UriLimit:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
 
 
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8

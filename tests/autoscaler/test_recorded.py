@@ -20,6 +20,7 @@ from llmfleet.autoscaler.recorded import (
     recording_rules,
 )
 from llmfleet.autoscaler.signals import PrometheusSignals, QueryOptions, signal_queries
+from tests.net import posted_query
 
 DEFAULTS = QueryOptions()
 M = 'llmfleet_dev_service!=""'
@@ -149,13 +150,15 @@ class _Rules(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
-        params = parse_qs(url.query)
-        if url.path == "/api/v1/rules":
-            type(self).asked.append(f"rules {params.get('type')}")
-            data: Any = {"groups": self.groups}
-        else:
-            type(self).asked.append(params["query"][0])
-            data = {"resultType": "vector", "result": []}
+        assert url.path == "/api/v1/rules", url.path
+        type(self).asked.append(f"rules {parse_qs(url.query).get('type')}")
+        self._answer({"groups": self.groups})
+
+    def do_POST(self) -> None:
+        type(self).asked.append(posted_query(self))
+        self._answer({"resultType": "vector", "result": []})
+
+    def _answer(self, data: Any) -> None:
         if data == {"groups": None}:
             self.send_response(503)
             self.end_headers()

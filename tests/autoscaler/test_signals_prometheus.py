@@ -13,14 +13,32 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 
 from llmfleet.autoscaler.goodput import Round, capacity_misses, over
 from llmfleet.autoscaler.inputs import PoolSignals
-from llmfleet.autoscaler.signals import PoolKey, PrometheusSignals, SignalsUnavailable
-from tests.autoscaler.prom import PROMPT, Engine, EngineSpec, Load, Prometheus, Target, engines
+from llmfleet.autoscaler.signals import (
+    PoolKey,
+    PrometheusSignals,
+    ServiceKey,
+    SignalsUnavailable,
+    chunks,
+    combined_query,
+    signal_queries,
+)
+from tests.autoscaler.prom import (
+    PROMPT,
+    Engine,
+    EngineSpec,
+    Load,
+    Prometheus,
+    Target,
+    UriLimit,
+    engines,
+)
 from tests.net import wait_for
 
 LATENCY = ("--time-to-first-token", "100ms", "--inter-token-latency", "25ms")
@@ -323,3 +341,56 @@ def test_a_query_prometheus_refuses_is_signals_unavailable(prometheus: Prometheu
     signals = PrometheusSignals(prometheus.url, rate_window="5s", mean_window="0s")
     with pytest.raises(SignalsUnavailable, match="400"):
         signals.read_all()
+
+
+URI_LIMIT = 8192
+"""nginx's default `large_client_header_buffers`: the longest request line it accepts."""
+
+
+def test_a_full_pass_whose_queries_a_url_could_not_carry_reads_through_a_proxy(
+    prometheus: Prometheus, sim_binary: Path
+) -> None:
+    """40 services of one namespace, read in chunks of 20 (the chart's 100, scaled down): each
+    chunk's query selects its services by a regex of their names in every signal, ~11 KB
+    encoded, more than a proxy in front of Prometheus passes in a URL. The pass sends it in a
+    POST body; the same query in the URL (as `prometheus_api_client.custom_query` sent it
+    before issue 28) is refused with 414."""
+    names = [f"chat-{number:02d}" for number in range(40)]
+    wanted = {("ns", name): ["unified"] for name in names}
+    with (
+        engines(sim_binary, EngineSpec("ns", names[0], "unified")) as (engine,),
+        UriLimit(prometheus.url, URI_LIMIT) as proxy,
+    ):
+        # One engine scraped as each service's pod: a target per service, with its labels.
+        prometheus.set_targets(
+            [
+                Target(engine.target.address, {**engine.target.labels,
+                       "llmfleet_dev_service": name, "pod": f"{name}-0"})
+                for name in names
+            ]
+        )  # fmt: skip
+        signals = PrometheusSignals(proxy.url, chunk_services=20)
+        queries = [
+            combined_query(signal_queries(signals.options, chunk.match))
+            for chunk in chunks(wanted, signals.chunk_services)
+        ]
+        assert len(queries) == 2
+        assert all(len(f"GET /api/v1/query?{urlencode({'query': q})}") > URI_LIMIT for q in queries)
+
+        def every_pool() -> dict[ServiceKey, dict[str, PoolSignals]] | None:
+            read = signals.read_services(wanted)
+            found = {key: pools for key, pools in read.items() if isinstance(pools, dict)}
+            return found if all(found.get(key) for key in wanted) else None
+
+        try:
+            read = wait_for(every_pool, 30, "every service's pool through the proxy")
+        finally:
+            signals.close()
+        assert sorted(read) == sorted(wanted)
+        assert proxy.refused == []
+        in_url = httpx.get(f"{proxy.url}/api/v1/query", params={"query": queries[0]})
+        assert in_url.status_code == 414
+        assert len(proxy.refused) == 1
+        # Prometheus itself takes the long URL: the limit is the proxy's.
+        direct = httpx.get(f"{prometheus.url}/api/v1/query", params={"query": queries[0]})
+        assert direct.json()["status"] == "success"

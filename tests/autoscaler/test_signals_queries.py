@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -29,7 +28,7 @@ from llmfleet.autoscaler.signals import (
     parse,
     signal_queries,
 )
-from tests.net import free_port
+from tests.net import free_port, posted_query
 
 BY = "namespace, llmfleet_dev_service, llmfleet_dev_pool"
 M = 'llmfleet_dev_service!=""'
@@ -370,12 +369,12 @@ class _Stub(BaseHTTPRequestHandler):
     services: ClassVar[list[str]] = []
     queries: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:
-        if urlsplit(self.path).path == "/api/v1/rules":  # no recording rules: raw passes
-            self.send_response(404)
-            self.end_headers()
-            return
-        query = parse_qs(urlsplit(self.path).query)["query"][0]
+    def do_GET(self) -> None:  # /api/v1/rules: no recording rules, so raw passes
+        self.send_response(404)
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        query = posted_query(self)
         type(self).queries.append(query)
         named = re.search(r'llmfleet_dev_service=~"([^"]*)"', query)
         selected = named.group(1).split("|") if named else self.services

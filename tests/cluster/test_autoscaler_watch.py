@@ -21,7 +21,13 @@ from llmfleet.autoscaler.kube import Kube as AutoscalerKube
 from llmfleet.autoscaler.loop import Autoscaler
 from llmfleet.autoscaler.metrics import AutoscalerMetrics
 from llmfleet.autoscaler.pods import PodView
-from llmfleet.core.informer import Informer, Watcher, client_lister, client_watcher
+from llmfleet.core.informer import (
+    Informer,
+    Transform,
+    Watcher,
+    client_lister,
+    client_watcher,
+)
 from llmfleet.crds import labels as L
 from tests.cluster.api_counts import api_requests, since
 from tests.cluster.kube import Kube, install_crds
@@ -59,10 +65,13 @@ class HeldServices:
         self.api = kube.api()
         self.released = threading.Event()
 
-    def __call__(self, what: str, call: Callable[..., Any]) -> Informer:
+    def __call__(
+        self, what: str, call: Callable[..., Any], transform: Transform | None = None
+    ) -> Informer:
         watcher = client_watcher(self.api, call)
         held = self._held(watcher) if what == "inferenceservices" else watcher
-        return Informer(what, client_lister(self.api, call), held, interrupt=watcher.interrupt)
+        return Informer(what, client_lister(self.api, call), held, interrupt=watcher.interrupt,
+                        transform=transform)  # fmt: skip
 
     def _held(self, watcher: Watcher) -> Watcher:
         def watch(version: str) -> Iterable[Mapping[str, Any]]:

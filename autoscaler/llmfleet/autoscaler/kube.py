@@ -3,9 +3,10 @@
 InferenceServices and engine pods come from watches (`llmfleet.core.informer`: a LIST, the pods'
 with the server-side selector `llmfleet.dev/service`, then a WATCH resumed from its
 resourceVersion), one per namespace or one for the cluster: a pass reads them from memory, with
-no request. A service reads as this autoscaler's own last status write returned it while the
-watch has not brought that write yet (`newest`), so the pass after a write neither writes it
-again nor reports its change twice.
+no request. Of a pod the cache keeps only what `service_of` and `pod_view` read (`kept.py`, the
+pod informers' transform). A service reads as this autoscaler's own last status write returned
+it while the watch has not brought that write yet (`newest`), so the pass after a write neither
+writes it again nor reports its change twice.
 
 It only ever writes the status subresource's `autoscaling` key (a JSON merge patch, so the
 operator's keys are untouched) and Events; never `spec`.
@@ -23,19 +24,22 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.autoscaler import kept
 from llmfleet.autoscaler.pods import PodView
-from llmfleet.core.informer import Informer, Key, client_informer, key_of, newest
+from llmfleet.core.informer import Informer, Key, Transform, client_informer, key_of, newest
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import GROUP, PLURAL, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
-InformerFactory = Callable[[str, Callable[..., Any]], Informer]
-"""Makes an informer (not started) of `what` over a bound list method of the Kubernetes client
+InformerFactory = Callable[..., Informer]
+"""Makes an informer (not started): `(what, call, transform=...)`, `call` a bound list method of
+the Kubernetes client, `transform` what the informer keeps of each object (None: all of it)
 (`client_informer`; a test may hold back its watch's events)."""
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
-    """A pod as the API server sends it (JSON), as the policy counts it."""
+    """A pod as the API server sends it (JSON) or as `kept.pod` keeps it, as the policy counts
+    it: a field read here must be kept there."""
     meta, status = pod["metadata"], pod.get("status") or {}
     labels = meta.get("labels") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
@@ -52,7 +56,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
 
 
 def service_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(namespace, the pod's `llmfleet.dev/service` label): the service it belongs to."""
+    """(namespace, the pod's `llmfleet.dev/service` label): the service it belongs to (read of
+    a kept pod too, as `pod_view`)."""
     meta = pod["metadata"]
     service = (meta.get("labels") or {}).get(L.SERVICE)
     return (meta.get("namespace") or "", service) if service else None
@@ -68,7 +73,9 @@ class Kube:
         informer: InformerFactory | None = None,
     ) -> None:
         self.api = api
-        self._informer = informer or (lambda what, call: client_informer(what, api, call))
+        self._informer = informer or (
+            lambda what, call, transform=None: client_informer(what, api, call, transform=transform)
+        )
         self.sync_timeout = sync_timeout
         self._pods: list[Informer] | None = None
         self._services: list[Informer] | None = None
@@ -81,8 +88,10 @@ class Kube:
         self.namespaces = namespaces
         self.field_manager = field_manager
 
-    def _started(self, what: str, calls: Sequence[Callable[..., Any]]) -> list[Informer]:
-        informers = [self._informer(what, call) for call in calls]
+    def _started(
+        self, what: str, calls: Sequence[Callable[..., Any]], transform: Transform | None = None
+    ) -> list[Informer]:
+        informers = [self._informer(what, call, transform=transform) for call in calls]
         for informer in informers:
             informer.start()
         return informers
@@ -127,8 +136,8 @@ class Kube:
         return [dict(obj) for obj in found.values()]
 
     def pod_informers(self) -> list[Informer]:
-        """The engine pods' informers (one per namespace, or one for the cluster), started on
-        first use."""
+        """The engine pods' informers (one per namespace, or one for the cluster), keeping what
+        `kept.pod` keeps of each pod, started on first use."""
         if self._pods is None:
             selector = L.SERVICE
             calls = (
@@ -138,7 +147,7 @@ class Kube:
                 else [functools.partial(self.core.list_pod_for_all_namespaces,
                                         label_selector=selector)]
             )  # fmt: skip
-            self._pods = self._started("pods", calls)
+            self._pods = self._started("pods", calls, kept.pod)
         return self._pods
 
     def list_pods(self) -> dict[tuple[str, str], list[PodView]]:

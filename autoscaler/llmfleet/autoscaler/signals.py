@@ -9,7 +9,10 @@ Metric names are vLLM's (llm-d-inference-sim exports the same names).
 One query, one HTTP call. Each signal is one PromQL expression aggregated by
 (namespace, service, pool); `label_replace` tags its result with `llmfleet_signal="<field>"` and
 `or` joins them all, so one `/api/v1/query` returns every signal of every pool of every service
-(or of one namespace / service / chunk of services), all evaluated at the same instant.
+(or of one namespace / service / chunk of services), all evaluated at the same instant. The
+query goes in a form-encoded POST body, never in the URL (`llmfleet.core.prometheus_http`): a
+chunk's regex of 100 service names in every signal makes ~30 KB of query, and proxies in front
+of Prometheus commonly answer 414 to a request line over 8 KB.
 
 Chunks. Prometheus evaluates one query on one core, in time about proportional to the series it
 selects (~29 per engine pod), so at 1,000 services x 10 pods one query of the whole fleet took
@@ -100,11 +103,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
-
 from llmfleet.autoscaler.goodput import LatencyHistogram
 from llmfleet.autoscaler.inputs import PoolSignals
 from llmfleet.autoscaler.promql import (
@@ -124,6 +122,7 @@ from llmfleet.autoscaler.promql import (
     signal_queries,
 )
 from llmfleet.autoscaler.recorded import RulesCheck, check_rules, recorded_queries
+from llmfleet.core import prometheus_http
 from llmfleet.core.loopback import LoopbackGuard
 
 log = logging.getLogger("llmfleet.autoscaler")
@@ -309,16 +308,8 @@ class PrometheusSignals:
         self.chunk_services = chunk_services
         self.concurrency = concurrency
         self._guard = guard
-        session = requests.Session()
-        if guard is not None and guard.enabled:
-            session.max_redirects = 0  # a redirect could lead off loopback, past the check
-        self._session = session
-        self._client = PrometheusConnect(
-            self.url,
-            retry=Retry(total=0, raise_on_status=False),
-            timeout=timeout_s,
-            session=session,
-        )
+        # No redirect with the guard on: one could lead off loopback, past the check.
+        self._session = prometheus_http.session(redirects=guard is None or not guard.enabled)
 
     def read_all(
         self, namespace: str | None = None, service: str | None = None
@@ -421,14 +412,16 @@ class PrometheusSignals:
         try:
             if self._guard is not None:
                 self._guard.check_url(self.url, "prometheus")
-            result = self._client.custom_query(combined_query(queries))
+            result = prometheus_http.instant_query(
+                self._session, self.url, combined_query(queries), self._timeout_s
+            )
             return parse(result, self.options.quantile)
-        except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:
+        except (OSError, prometheus_http.QueryRefused, KeyError, TypeError, ValueError) as error:
             # OSError covers requests' errors (connection refused, timeout, bad JSON).
             raise SignalsUnavailable(f"Prometheus at {self.url}: {_cause(error)}") from error
 
     def close(self) -> None:
-        self._client.close()
+        self._session.close()
 
 
 def _one_namespace(wanted: Mapping[tuple[str, str], Sequence[str]]) -> str | None:

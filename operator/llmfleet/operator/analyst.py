@@ -2,18 +2,16 @@
 
 No retries inside a call (the next analysis is the retry) and a timeout per call: an
 unreachable Prometheus costs one pass at most `timeout_s` and gives an `Unavailable` verdict,
-on which the rollout holds (never promotes blind).
+on which the rollout holds (never promotes blind). The query (~3 KB, one service's) goes in a
+form-encoded POST body as the autoscaler's do (`llmfleet.core.prometheus_http`), so a proxy's
+URL limit in front of Prometheus never decides whether a canary is judged.
 """
 
 from __future__ import annotations
 
 import re
 
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
-
+from llmfleet.core import prometheus_http
 from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.crds import InferenceServiceSpec
 from llmfleet.operator.analysis import Figures, combined_query, judge, limits_for, parse, queries
@@ -41,13 +39,9 @@ class PrometheusAnalyst:
     def __init__(self, url: str, *, timeout_s: float = 5.0, guard: LoopbackGuard | None = None):
         self.url = url.rstrip("/")
         self._guard = guard
-        session = requests.Session()
-        if guard is not None and guard.enabled:
-            session.max_redirects = 0  # a redirect could lead off loopback, past the check
-        self._client = PrometheusConnect(
-            self.url, retry=Retry(total=0, raise_on_status=False), timeout=timeout_s,
-            session=session,
-        )  # fmt: skip
+        self._timeout_s = timeout_s
+        # No redirect with the guard on: one could lead off loopback, past the check.
+        self._session = prometheus_http.session(redirects=guard is None or not guard.enabled)
 
     def measure(
         self, namespace: str, service: str, canary: str, window_seconds: int
@@ -57,8 +51,10 @@ class PrometheusAnalyst:
         try:
             if self._guard is not None:
                 self._guard.check_url(self.url, "prometheus")
-            return parse(self._client.custom_query(query))
-        except (OSError, PrometheusApiClientException, KeyError, TypeError, ValueError) as error:
+            return parse(
+                prometheus_http.instant_query(self._session, self.url, query, self._timeout_s)
+            )
+        except (OSError, prometheus_http.QueryRefused, KeyError, TypeError, ValueError) as error:
             # OSError covers requests' errors (connection refused, timeout, bad JSON).
             raise AnalysisUnavailable(f"Prometheus at {self.url}: {_cause(error)}") from error
 
@@ -74,4 +70,4 @@ class PrometheusAnalyst:
         return judge(figures["canary"], figures["stable"], limits)
 
     def close(self) -> None:
-        self._client.close()
+        self._session.close()
