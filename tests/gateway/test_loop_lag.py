@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
 from llmfleet.gateway.loop_lag import LoopLag
+from llmfleet.gateway.metrics import Pace
 from llmfleet.gateway.settings import GatewaySettings
 from tests.gateway.servers import ThreadServer, gateway
 from tests.net import wait_for
@@ -89,9 +90,10 @@ def test_metrics_are_rendered_off_the_event_loop() -> None:
     rendered_in: list[str] = []
     render = metrics.exposition
 
-    def recording() -> bytes:
+    def recording(pace: Pace | None = None) -> bytes:
         rendered_in.append(threading.current_thread().name)
-        return render()
+        assert pace is not None  # paced, so the loop keeps the GIL (`metrics.Pace`)
+        return render(pace)
 
     metrics.exposition = recording  # type: ignore[method-assign]
     with ThreadServer(app) as server:

@@ -53,7 +53,7 @@ from llmfleet.gateway.keys_reload import KeysReloader
 from llmfleet.gateway.kube_discovery import KubeDiscovery, kubernetes_lister
 from llmfleet.gateway.kube_secrets import read_keys_secret
 from llmfleet.gateway.loop_lag import LoopLag
-from llmfleet.gateway.metrics import GatewayMetrics
+from llmfleet.gateway.metrics import GatewayMetrics, Pace
 from llmfleet.gateway.openai_request import MAX_CONTEXT_TOKENS, InvalidRequestError, capped
 from llmfleet.gateway.pd import serve_disaggregated
 from llmfleet.gateway.policies.base import Handler, PolicyDeps, Stage, chain
@@ -89,6 +89,8 @@ ROUTES = {"/v1/chat/completions": True, "/v1/completions": False}
 ADMIN_ROUTES = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 """What an operator, not a client, reads: the gateway's metrics and its API's documentation."""
 
+PACE = Pace()
+"""How /metrics is rendered: a millisecond at a time, in a thread (`metrics.Pace`)."""
 SCRAPE_KEEPALIVE_INTERVALS = 3
 """The scraper's idle connections are kept this many scrape intervals (the next scrape of an
 engine with traffic comes after one, ±10%, or a little later when the scrape budget is spent)."""
@@ -364,14 +366,15 @@ def _metrics_route(app: FastAPI, metrics: GatewayMetrics) -> None:
         # about a second of work that, on the event loop, every request in flight waited out
         # (the scale benchmark's polls showed loop lag past 1 s). prometheus_client copies each
         # metric's children under its lock, and discovery's snapshot is immutable.
-        # With the collector paused meanwhile (`gc_pauses.collector_paused`).
+        # Paced (`metrics.Pace`), with the collector paused meanwhile
+        # (`gc_pauses.collector_paused`).
         body = await asyncio.to_thread(_exposition, metrics)
         return Response(body, media_type="text/plain; version=0.0.4")
 
 
 def _exposition(metrics: GatewayMetrics) -> bytes:
     with collector_paused():
-        return metrics.exposition()
+        return metrics.exposition(PACE)
 
 
 class _KeyGuard:

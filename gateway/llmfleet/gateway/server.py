@@ -22,6 +22,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, Literal
 
+import prometheus_client
 import uvicorn
 import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -205,6 +206,10 @@ def serve(app: Any, settings: GatewaySettings) -> None:
     so a signal stops it first, then the API server (which runs the app's lifespan, so
     discovery and the engine clients close last), then reaches the default handler as before.
     """
+    # No `_created` series: in Prometheus's text format each counter and histogram child gets
+    # one more gauge series of its creation time that nothing reads (13% of /metrics at
+    # 1,000 pools). The gateway's process is its own, so this process-wide switch is too.
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     forwarder = getattr(getattr(app, "state", None), "forwarder", None)
     cut = forwarder.cut_streams if forwarder is not None else None
     main = _Server(_config(app, settings, settings.port, "auto"), cut)

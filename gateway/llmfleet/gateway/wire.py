@@ -46,6 +46,9 @@ from llmfleet.gateway.upstream import (
 
 _HIGH_WATER = 256 * 1024
 """Unread answer bytes past which the engine's socket is no longer read."""
+_TARGETS = 32_768
+"""Parsed engine URLs kept: more than a fleet's engines (10,000 at 1,000 services x 10), or
+each request past the cap would parse and check its URL again (4,096 did at that size)."""
 
 
 class _Target:
@@ -329,7 +332,7 @@ class WireUpstream:
             except NonLocalRefused as error:
                 raise UpstreamRefusedNonLocal(str(error)) from None
             target = _Target(url)
-            if len(self._targets) >= 4096:  # endpoints come and go; start over rather than grow
+            if len(self._targets) >= _TARGETS:  # endpoints come and go: start over, not grow
                 self._targets.clear()
             self._targets[url] = target
         return target

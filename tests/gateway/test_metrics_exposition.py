@@ -1,0 +1,42 @@
+"""/metrics rendered in paced slices (`metrics.Pace`): the same bytes as prometheus_client's own
+rendering, with the render thread asleep between slices, so the event loop keeps the GIL."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmfleet.gateway import metrics as metrics_module
+from llmfleet.gateway.metrics import GatewayMetrics, Pace
+
+
+def _fleet_metrics(pools: int) -> GatewayMetrics:
+    """Metrics with `pools` pools' children, each having served a request."""
+    found = GatewayMetrics(discovered=lambda: {})
+    for index in range(pools):
+        pool = found.pool(("ns", f"svc-{index}", "unified", f"model-{index}", ""))
+        pool.outcome("ok").inc()
+        pool.e2e.observe(0.2)
+        pool.ttft.observe(0.05)
+    return found
+
+
+def test_a_paced_render_is_byte_for_byte_the_plain_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_module.time, "sleep", lambda _: None)
+    found = _fleet_metrics(50)
+    assert found.exposition(Pace(work_seconds=0)) == found.exposition()
+
+
+def test_the_render_sleeps_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no work allowed per slice, it pauses at every look at the clock: every
+    `check_every` samples of a family and after each family."""
+    slept: list[float] = []
+    monkeypatch.setattr(metrics_module.time, "sleep", slept.append)
+    found = _fleet_metrics(50)
+    families = list(found.registry.collect())
+    looks = sum(len(f.samples) // 16 for f in families) + len(families)
+    found.exposition(Pace(work_seconds=0, pause_seconds=0.002, check_every=16))
+    assert len(slept) == looks
+    assert set(slept) == {0.002}
+    slept.clear()
+    found.exposition(Pace(work_seconds=3600, check_every=16))  # one slice: no pause
+    assert slept == []
