@@ -41,6 +41,16 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(sum(process.cpu_times()[:2]))
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s; returns once it has exited."""
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 def peak_rss_mib(pid: int) -> float:
     """The process's peak resident memory (VmHWM) in MiB."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -93,12 +103,7 @@ class Replica:
         return peak_rss_mib(self.process.pid)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        stop_process(self.process)
 
 
 def wait_discovered(replicas: list[Replica], services: int, endpoints: int) -> list[float]:

@@ -45,7 +45,7 @@ from pathlib import Path
 import psutil
 import yaml
 from _fleet_load import Engine, UnderLoad, answer_pod_ips, under_load
-from _gateways import GC_PAUSE, LAG, buckets, cpu_seconds, lag_largest
+from _gateways import GC_PAUSE, LAG, buckets, cpu_seconds, lag_largest, stop_process
 from _support import checkout, free_port
 
 from llmfleet.core import loopback, netns
@@ -122,11 +122,7 @@ class Gateway:
         return cpu_seconds(self._ps)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
 
 
 @dataclass

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -62,3 +64,17 @@ def posted_query(handler: BaseHTTPRequestHandler) -> str:
     assert handler.headers["Content-Type"] == "application/x-www-form-urlencoded"
     body = handler.rfile.read(int(handler.headers["Content-Length"])).decode()
     return parse_qs(body, strict_parsing=True)["query"][0]
+
+
+@contextlib.contextmanager
+def served(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free 127.0.0.1 port in a thread while inside; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

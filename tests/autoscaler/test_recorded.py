@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,7 +19,7 @@ from llmfleet.autoscaler.recorded import (
     recording_rules,
 )
 from llmfleet.autoscaler.signals import PrometheusSignals, QueryOptions, signal_queries
-from tests.net import posted_query
+from tests.net import posted_query, served
 
 DEFAULTS = QueryOptions()
 M = 'llmfleet_dev_service!=""'
@@ -176,15 +175,8 @@ class _Rules(BaseHTTPRequestHandler):
 @pytest.fixture
 def stub() -> Iterator[str]:
     _Rules.groups, _Rules.asked = None, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Rules)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with served(_Rules) as url:
+        yield url
 
 
 WANTED = {("ns", "chat"): ["unified"]}

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
@@ -28,7 +27,7 @@ from llmfleet.autoscaler.signals import (
     parse,
     signal_queries,
 )
-from tests.net import free_port, posted_query
+from tests.net import free_port, posted_query, served
 
 BY = "namespace, llmfleet_dev_service, llmfleet_dev_pool"
 M = 'llmfleet_dev_service!=""'
@@ -395,15 +394,8 @@ class _Stub(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with served(_Stub) as url:
+        yield url
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,8 @@ signals and the operator's canary analysis ask Prometheus in a form-encoded POST
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from llmfleet.autoscaler.signals import PrometheusSignals, SignalsUnavailable
 from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.operator.analyst import AnalysisUnavailable, PrometheusAnalyst
-from tests.net import posted_query, require_isolation
+from tests.net import posted_query, require_isolation, served
 
 
 class _Stub(BaseHTTPRequestHandler):
@@ -51,15 +50,8 @@ class _Stub(BaseHTTPRequestHandler):
 def stub() -> Iterator[str]:
     require_isolation()
     _Stub.status, _Stub.asked = 200, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with served(_Stub) as url:
+        yield url
 
 
 Ask = Callable[[str, LoopbackGuard | None], object]
