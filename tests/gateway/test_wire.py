@@ -322,3 +322,33 @@ def test_a_connection_the_engine_closed_is_freed_without_the_cycle_collector() -
         assert connection() is None
     finally:
         gc.enable()
+
+
+def test_an_idle_kept_connection_holds_no_parser_and_targets_are_not_tracked() -> None:
+    """What the client keeps between requests is little for the garbage collector to walk
+    (`gc_pauses.py`): an idle kept-alive connection has no answer parser (made per exchange,
+    its callbacks bound to the connection), and the parsed engine URLs, one per URL for good,
+    are plain tuples the collector stops tracking."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
+        while await _request(reader):
+            writer.write(OK)
+
+    async def run() -> None:
+        client = _client()
+        async with _server(handler) as (url, seen):
+            for _ in range(2):
+                answer = await client.send(url, b"{}", HEADERS, 5)
+                connection = answer._connection
+                assert connection._parser is not None  # reading this answer
+                assert await answer.aread() == b"{}"
+                await answer.aclose()
+                assert connection._parser is None
+                assert connection.answer is None
+            assert seen == [0]  # the same connection, with a parser per exchange
+            gc.collect()
+            assert client._targets
+            assert not any(gc.is_tracked(t) for t in client._targets.values())
+            await client.aclose()
+
+    asyncio.run(run())

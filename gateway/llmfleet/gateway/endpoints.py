@@ -136,8 +136,17 @@ class EndpointTable:
         )
 
     def record_load(self, url: str, load: EngineLoad) -> None:
+        """`load` becomes `url`'s figures, copied into the figures the endpoint has already:
+        one object per endpoint for good, not a new one per scrape, each of which lived a scrape
+        interval, long enough to reach the collector's oldest generation (`gc_pauses.py`): at
+        10,000 engines a steady stream of full collections to walk them."""
         state = self.get(url)
-        state.load = load
+        if state.load is None:
+            state.load = load
+        else:
+            state.load.waiting = load.waiting
+            state.load.running = load.running
+            state.load.kv_usage = load.kv_usage
         state.scraped_at = self.clock()
 
     def begin(self, url: str, tokens: int) -> None:
