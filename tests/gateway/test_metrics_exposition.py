@@ -3,6 +3,7 @@ rendering, with the render thread asleep between slices, so the event loop keeps
 
 from __future__ import annotations
 
+import prometheus_client
 import pytest
 
 from llmfleet.gateway import metrics as metrics_module
@@ -24,6 +25,23 @@ def test_a_paced_render_is_byte_for_byte_the_plain_one(monkeypatch: pytest.Monke
     monkeypatch.setattr(metrics_module.time, "sleep", lambda _: None)
     found = _fleet_metrics(50)
     assert found.exposition(Pace(work_seconds=0)) == found.exposition()
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_a_render_in_small_pieces_of_text_is_the_plain_one(
+    monkeypatch: pytest.MonkeyPatch, created: bool
+) -> None:
+    """Formatted a few samples at a time (a family's later pieces without its header), with
+    and without the `_created` samples the gateway turns off (`server.serve`), which
+    prometheus_client lists after a family's others: the same bytes."""
+    monkeypatch.setattr(metrics_module.time, "sleep", lambda _: None)
+    # the process-wide switch behind `disable_created_metrics`, restored after the test
+    monkeypatch.setattr(prometheus_client.metrics, "_use_created", created)
+    found = _fleet_metrics(20)
+    plain = found.exposition()
+    for size in (1, 7, 1024):
+        assert found.exposition(Pace(work_seconds=0, text_samples=size)) == plain
+    assert (b"_created" in plain) is created
 
 
 def test_the_render_sleeps_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
