@@ -84,7 +84,14 @@ def test_the_gateway_freezes_again_once_discovery_is_ready(
             assert said() == []  # not before discovery is ready
             discovery.now_ready = True
             (line,) = wait_for(lambda: said() or None, 10, "the freeze with the fleet")
+            # the pool's state was made before the freeze, no request needed: its series read 0
+            exposition = httpx.get(f"{server.url}/metrics", timeout=5).text
         assert "froze" in line
+        assert "(1 pools)" in line
+        assert (
+            'llmfleet_gateway_in_flight_requests{model="m",namespace="ns",pool="unified",'
+            'revision="",service="svc"} 0.0' in exposition
+        )
     finally:
         gc.unfreeze()
 

@@ -149,18 +149,49 @@ def _upstream_from(
     return HttpxUpstream(client, connect_timeout=connect)
 
 
-async def _freeze_when_discovered(source: Discovery) -> None:
-    """The heap frozen once more with the fleet discovery found (`gc_pauses`)."""
+async def _freeze_when_discovered(
+    source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder
+) -> None:
+    """The heap frozen once more with the fleet discovery found (`gc_pauses`), and with the
+    state its pools' requests will need (`prepare_pools`)."""
     if not await became_ready(source.ready):
         return
     started = time.perf_counter()
+    pools = prepare_pools(source, metrics, forwarder)
     frozen = freeze_startup_heap()
-    log.info("froze %d objects with the discovered fleet out of the garbage collector's way "
-             "(%.0f ms)", frozen, (time.perf_counter() - started) * 1000)  # fmt: skip
+    log.info("froze %d objects with the discovered fleet (%d pools) out of the garbage "
+             "collector's way (%.0f ms)", frozen, pools,
+             (time.perf_counter() - started) * 1000)  # fmt: skip
+
+
+def prepare_pools(source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder) -> int:
+    """Make every discovered pool's request state now, not at its first request: its metric
+    children and its scheduler; the count of pools. Made before the heap is frozen with the
+    fleet, this state is frozen with it: at 1,000 pools it is ~100,000 objects
+    (prometheus_client keeps a value and a lock per histogram bucket), which full collections
+    under load walked, 10-40 ms each, while traffic reached pool after pool
+    (bench/gateway_fleet_scale.py). Each pool's series so read 0 from the start, as
+    Prometheus's instrumentation advice has it: the first requests are then seen by `rate()`.
+    Pools discovered later get their state at their first request, as before."""
+    pools = 0
+    for service in source.services().values():
+        revisions = [service] if service.canary is None else [service, service.canary.service]
+        for revision in revisions:
+            for role in revision.pools:
+                metrics.pool(
+                    (revision.namespace, revision.name, role, revision.model, revision.revision)
+                )
+                forwarder.scheduler(revision.model, role, revision.revision)
+                pools += 1
+    return pools
 
 
 def _freeze(
-    settings: GatewaySettings, source: Discovery, refreezer: Refreezer | None
+    settings: GatewaySettings,
+    source: Discovery,
+    refreezer: Refreezer | None,
+    metrics: GatewayMetrics,
+    forwarder: Forwarder,
 ) -> list[asyncio.Task[None]]:
     """The heap frozen now, and the tasks that freeze it again: once the fleet is discovered,
     and after long full collections (`gc_pauses`); none without `freeze_startup_heap`."""
@@ -168,7 +199,7 @@ def _freeze(
         return []
     frozen = freeze_startup_heap()
     log.info("froze %d start-up objects out of the garbage collector's way", frozen)
-    tasks = [asyncio.create_task(_freeze_when_discovered(source))]
+    tasks = [asyncio.create_task(_freeze_when_discovered(source, metrics, forwarder))]
     if refreezer is not None:
         tasks.append(asyncio.create_task(refreezer.forever()))
     return tasks
@@ -244,7 +275,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await source.start()
         scraping = asyncio.create_task(scraper.forever())
-        freezing = _freeze(settings, source, refreezer)
+        freezing = _freeze(settings, source, refreezer, metrics, forwarder)
         pauses.start()
         lag = LoopLag.started(metrics.loop_lag, metrics.loop_lag_max)
         reloading = (
