@@ -64,7 +64,7 @@ from _support import checkout, free_port
 from kubernetes import client
 
 # A worker process imports these from the revision it measures (PYTHONPATH).
-from llmfleet.autoscaler import loop
+from llmfleet.autoscaler import cli, loop
 from llmfleet.autoscaler.kube import Kube
 from llmfleet.autoscaler.metrics import AutoscalerMetrics
 from llmfleet.autoscaler.promql import QueryOptions, chunks, combined_query, gauge_queries
@@ -319,6 +319,9 @@ def worker(args: argparse.Namespace) -> None:
     wanted = {key: [POOL] for key in kube.by_key}
     timer = _Timer(args.asked_at)
     timer(autoscaler.run_once)
+    # What `llmfleet autoscaler` does after its first pass, where the revision does it.
+    if hasattr(cli, "freeze_heap"):
+        cli.freeze_heap()
     timer(autoscaler.run_fast)
     if signals.source() != "recorded":
         raise SystemExit(f"the pass does not read the recorded series: {signals.rules.problem}")
