@@ -433,3 +433,22 @@ def test_read_services_raises_when_every_chunk_fails(stub: str) -> None:
             signals.read_services({("ns", "broken"): ["unified"]})
     finally:
         signals.close()
+
+
+def test_the_fast_read_gives_each_service_its_own_pools_of_one_answer(stub: str) -> None:
+    _Stub.services, _Stub.queries = ["a", "b", "stray"], []
+    signals = PrometheusSignals(stub)
+    try:
+        read = signals.read_services_gauges(
+            {("ns", "a"): ["unified"], ("ns", "b"): ["decode"], ("other", "a"): ["unified"],
+             ("ns", "c"): ["unified"]}
+        )  # fmt: skip
+    finally:
+        signals.close()
+    assert len(_Stub.queries) == 1
+    assert read == {
+        ("ns", "a"): {"unified": PoolSignals(AT, 0.0, 0.0, 0.0, 0.0)},
+        ("ns", "b"): {},  # its series are of a pool it does not have
+        ("other", "a"): {},  # the same name in another namespace
+        ("ns", "c"): {},  # no series
+    }

@@ -23,6 +23,8 @@ class _Stub(BaseHTTPRequestHandler):
 
     status: ClassVar[int] = 200
     asked: ClassVar[list[str]] = []
+    text: ClassVar[bytes | None] = None
+    """Answered with status 200 instead of Prometheus' JSON when set (a proxy's page)."""
 
     def do_POST(self) -> None:
         type(self).asked.append(posted_query(self))
@@ -35,7 +37,7 @@ class _Stub(BaseHTTPRequestHandler):
         body = {"status": "success", "data": {"resultType": "vector", "result": []}}
         if self.status != 200:
             body = {"status": "error", "errorType": "bad_data", "error": "stubbed"}
-        encoded = json.dumps(body).encode()
+        encoded = json.dumps(body).encode() if self.text is None else self.text
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(encoded)))
@@ -49,7 +51,7 @@ class _Stub(BaseHTTPRequestHandler):
 @pytest.fixture
 def stub() -> Iterator[str]:
     require_isolation()
-    _Stub.status, _Stub.asked = 200, []
+    _Stub.status, _Stub.asked, _Stub.text = 200, [], None
     with served(_Stub) as url:
         yield url
 
@@ -106,3 +108,17 @@ def test_no_redirect_is_followed_with_the_guard_on(
     with pytest.raises(unavailable, match="redirects"):
         ask(stub, LoopbackGuard(True))
     assert len(_Stub.asked) == 1
+
+
+@pytest.mark.parametrize(("ask", "unavailable", "selects"), READERS)
+@pytest.mark.parametrize(
+    "text",
+    [b"<html>sign in</html>", b'{"status": "success"}', b""],
+    ids=["html", "no-data", "empty"],
+)
+def test_an_answer_that_is_not_prometheus_json_is_unavailable(
+    stub: str, ask: Ask, unavailable: type[Exception], selects: str, text: bytes
+) -> None:
+    _Stub.text = text
+    with pytest.raises(unavailable):
+        ask(stub, None)

@@ -7,10 +7,15 @@ forgets it: the averages start again from the current rate and a due scale-down 
 stabilisation window; the counts themselves are read back from `status.autoscaling`, and so is
 what the policy measured for the floors it chooses (`floor.py`; `decision.remembered`), so a pool
 measured light stays at one replica.
+
+Each service's spec and `status.autoscaling` are parsed (validated, with the CRD's cross-field
+rules) when they change, not on every pass (`Parsed`): at 1,000 services that parse was most of
+a pass's own CPU (bench/autoscaler_pass_client.py).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -175,6 +180,7 @@ class Autoscaler:
         self.status_refresh_seconds = status_refresh_seconds
         self.states: dict[str, PolicyState] = {}
         self.said = Said()
+        self.parsed = Parsed()
         self.last_signals: dict[str, Mapping[str, PoolSignals]] = {}
         """The last full pass's signals per service uid: what a fast pass updates the gauges of."""
 
@@ -208,7 +214,7 @@ class Autoscaler:
             seen.add(uid)
             if fast and uid not in self.last_signals:
                 continue
-            candidate = _parsed(body)
+            candidate = self.parsed.candidate(body)
             if isinstance(candidate, str):
                 self.said.warn(f"spec {uid}", candidate)
             else:
@@ -230,6 +236,7 @@ class Autoscaler:
             del self.states[uid]
         for uid in set(self.last_signals) - seen:
             del self.last_signals[uid]
+        self.parsed.keep_only(seen)
         self.metrics.pass_seconds.labels("fast" if fast else "full").observe(
             time.perf_counter() - started
         )
@@ -361,17 +368,59 @@ class Autoscaler:
             )
 
 
-def _parsed(body: dict[str, Any]) -> _Candidate | str:
-    """The service with its spec and `status.autoscaling` parsed; what is wrong when either
-    does not parse."""
-    metadata = body["metadata"]
-    try:
-        spec = InferenceServiceSpec.model_validate(body.get("spec", {}))
+class Parsed:
+    """Each service's spec and `status.autoscaling` as last parsed, by uid, with a copy of the
+    JSON each was parsed from: a pass parses again only the part of a service that changed
+    (a status write changes `status.autoscaling` alone, and its parse is the cheap one).
+
+    NOTE: the key is the JSON's content, compared with a copy taken at the parse, not a
+    resourceVersion or generation: a body without them (a test's), or one changed in place,
+    is parsed again all the same, and an equal JSON parses to an equal model (the models are
+    frozen, so one parse serves every pass). A body that does not parse is not kept: it is
+    parsed, and its warning said, on every pass."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, tuple[Any, InferenceServiceSpec]] = {}
+        self._statuses: dict[str, tuple[Any, AutoscalingStatus | None]] = {}
+
+    def candidate(self, body: dict[str, Any]) -> _Candidate | str:
+        """The service with its spec and `status.autoscaling` parsed; what is wrong when either
+        does not parse."""
+        metadata = body["metadata"]
+        uid = str(metadata.get("uid", ""))
+        spec_body = body.get("spec", {})
         current_body = (body.get("status") or {}).get("autoscaling")
-        current = AutoscalingStatus.model_validate(current_body) if current_body else None
-    except ValidationError as error:
-        return f"skipping {metadata['namespace']}/{metadata['name']}: {error.errors()[0]['msg']}"
-    return _Candidate(body, spec, current)
+        try:
+            spec = self._spec(uid, spec_body)
+            current = self._status(uid, current_body)
+        except ValidationError as error:
+            message = error.errors()[0]["msg"]
+            return f"skipping {metadata['namespace']}/{metadata['name']}: {message}"
+        return _Candidate(body, spec, current)
+
+    def _spec(self, uid: str, found: Any) -> InferenceServiceSpec:
+        kept = self._specs.get(uid)
+        if kept is not None and kept[0] == found:
+            return kept[1]
+        self._specs.pop(uid, None)
+        spec = InferenceServiceSpec.model_validate(found)
+        self._specs[uid] = (copy.deepcopy(found), spec)
+        return spec
+
+    def _status(self, uid: str, found: Any) -> AutoscalingStatus | None:
+        kept = self._statuses.get(uid)
+        if kept is not None and kept[0] == found:
+            return kept[1]
+        self._statuses.pop(uid, None)
+        current = AutoscalingStatus.model_validate(found) if found else None
+        self._statuses[uid] = (copy.deepcopy(found), current)
+        return current
+
+    def keep_only(self, uids: set[str]) -> None:
+        """Forget the services not in `uids` (deleted, or no longer autoscaled)."""
+        for kept in (self._specs, self._statuses):
+            for uid in kept.keys() - uids:
+                del kept[uid]
 
 
 def _patch(status: AutoscalingStatus, current: AutoscalingStatus | None) -> dict[str, Any]:

@@ -175,13 +175,13 @@ def parse(
 ) -> dict[PoolKey, PoolSignals]:
     """PoolSignals per present pool from the combined query's vector result (pure); the TTFT and
     ITL `quantile` from the buckets (`LatencyHistogram.quantile`)."""
-    values: dict[PoolKey, dict[str, float]] = {}
-    buckets: dict[PoolKey, dict[str, dict[float, float]]] = {}
+    # Keyed by plain tuples while the samples are sorted in (one PoolKey per pool, not per
+    # sample: a pool of the full pass has ~30 samples, most of them buckets).
+    values: dict[tuple[str, str, str], dict[str, float]] = {}
+    buckets: dict[tuple[str, str, str], dict[str, dict[float, float]]] = {}
     for sample in result:
         labels = sample["metric"]
-        key = PoolKey(
-            labels.get(NAMESPACE_LABEL, ""), labels.get(SERVICE_LABEL, ""), labels[POOL_LABEL]
-        )
+        key = (labels.get(NAMESPACE_LABEL, ""), labels.get(SERVICE_LABEL, ""), labels[POOL_LABEL])
         signal, value = labels[SIGNAL_LABEL], float(sample["value"][1])
         if signal in HISTOGRAMS:
             # float() reads Prometheus' "+Inf" bound.
@@ -195,7 +195,7 @@ def parse(
         histograms = buckets.get(key, {})
         ttft = _histogram(histograms.get("ttft_buckets"))
         gaps = _histogram(_first(histograms, _ITL_GAPS))
-        pools[key] = PoolSignals(
+        pools[PoolKey(*key)] = PoolSignals(
             observed_at=datetime.fromtimestamp(found["observed_at"], tz=UTC),
             request_rate=found.get("request_rate", 0.0),
             prompt_tokens_rate=found.get("prompt_tokens_rate", 0.0),
@@ -346,10 +346,10 @@ class PrometheusSignals:
             raise failed[0]
         read: dict[ServiceKey, dict[str, PoolSignals] | SignalsUnavailable] = {}
         for chunk, result in zip(plan, results, strict=True):
-            for key in chunk.services:
-                read[key] = (
-                    result if isinstance(result, Exception) else _of(result, *key, wanted[key])
-                )
+            if isinstance(result, Exception):
+                read |= dict.fromkeys(chunk.services, result)
+            else:
+                read |= _by_service(result, {key: wanted[key] for key in chunk.services})
         return read
 
     def source(self) -> str:
@@ -394,7 +394,7 @@ class PrometheusSignals:
     ) -> dict[tuple[str, str], dict[str, PoolSignals]]:
         """`read_gauges` of every service in `wanted`, in one query: the fast pass."""
         found = self._query(gauge_queries(matchers(_one_namespace(wanted))))
-        return {key: _of(found, *key, pools) for key, pools in wanted.items()}
+        return _by_service(found, wanted)
 
     def read(self, namespace: str, service: str, pools: Sequence[str]) -> dict[str, PoolSignals]:
         """Signals per pool of one service (one HTTP call); a pool without series is absent."""
@@ -433,8 +433,18 @@ def _one_namespace(wanted: Mapping[tuple[str, str], Sequence[str]]) -> str | Non
 def _of(
     found: Mapping[PoolKey, PoolSignals], namespace: str, service: str, pools: Sequence[str]
 ) -> dict[str, PoolSignals]:
-    return {
-        key.pool: signals
-        for key, signals in found.items()
-        if key.pool in pools and (key.namespace, key.service) == (namespace, service)
-    }
+    return _by_service(found, {(namespace, service): pools})[(namespace, service)]
+
+
+def _by_service(
+    found: Mapping[PoolKey, PoolSignals], wanted: Mapping[ServiceKey, Sequence[str]]
+) -> dict[ServiceKey, dict[str, PoolSignals]]:
+    """Signals per pool of each service in `wanted` (service -> its pools), of the pools in
+    `found`; a pool not found is absent. One look at each pool found, not one per service."""
+    read: dict[ServiceKey, dict[str, PoolSignals]] = {key: {} for key in wanted}
+    for key, signals in found.items():
+        service = (key.namespace, key.service)
+        pools = wanted.get(service)
+        if pools is not None and key.pool in pools:
+            read[service][key.pool] = signals
+    return read

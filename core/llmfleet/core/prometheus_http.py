@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
@@ -46,10 +47,11 @@ def instant_query(
     """The `data.result` of the instant `query` at Prometheus `url` (no trailing slash), asked
     in a form-encoded POST body. Raises `QueryRefused` for a status other than 200, requests'
     errors (OSError) when Prometheus cannot be reached or does not answer within `timeout_s`,
-    and ValueError, KeyError or TypeError for an answer that is not Prometheus' JSON."""
+    and ValueError, KeyError or TypeError for an answer that is not Prometheus' JSON (orjson
+    decodes it: the autoscaler's full pass reads ~7 MB of it at 1,000 services x 10 pods)."""
     response = client.post(f"{url}/api/v1/query", data={"query": query}, timeout=timeout_s)
     if response.status_code != 200:
         # The wording `prometheus_api_client` used: the callers' reasons quote it.
         raise QueryRefused(f"HTTP Status Code {response.status_code} ({response.content!r})")
-    result: list[dict[str, Any]] = response.json()["data"]["result"]
+    result: list[dict[str, Any]] = orjson.loads(response.content)["data"]["result"]
     return result
