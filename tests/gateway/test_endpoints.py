@@ -4,6 +4,7 @@ in test_engine_load.py."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 from llmfleet.gateway.endpoints import EndpointTable, EngineLoad
 
@@ -45,18 +46,18 @@ def test_stale_scrapes_read_as_unknown() -> None:
     assert not table.candidates(["never-scraped"])[0].stale  # unknown is not stale
 
 
-def test_a_scrape_updates_the_endpoints_figures_in_place() -> None:
-    """One figures object per endpoint for good (not one per scrape, each living long enough
-    to reach the collector's oldest generation), with every field of the newest scrape."""
+def test_a_scrape_keeps_its_figures_as_numbers_of_the_endpoints_state() -> None:
+    """No figures object kept per endpoint (each would be one more for the collector to walk,
+    10,000 at fleet scale): every field of the newest scrape is read back, and forgotten."""
     table = _table(FakeClock())
     table.record_load("a", EngineLoad(waiting=5, running=1, kv_usage=0.5))
-    kept = table.fresh_loads(["a"])[0]
     newest = EngineLoad(**{f.name: 7.0 + i for i, f in enumerate(dataclasses.fields(EngineLoad))})
     table.record_load("a", newest)
-    assert table.fresh_loads(["a"])[0] is kept
-    assert kept == newest
+    assert table.fresh_loads(["a"])[0] == newest
+    assert not any(isinstance(kept, EngineLoad) for kept in gc.get_referents(table.get("a")))
     table.forget_figures("a")
     assert table.fresh_loads(["a"])[0] is None
+    assert table.get("a").load is None
 
 
 def test_in_flight_counts_never_go_negative_and_forget_removed_endpoints() -> None:

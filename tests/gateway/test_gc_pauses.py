@@ -86,6 +86,8 @@ def test_the_gateway_freezes_again_once_discovery_is_ready(
             (line,) = wait_for(lambda: said() or None, 10, "the freeze with the fleet")
             # the pool's state was made before the freeze, no request needed: its series read 0
             exposition = httpx.get(f"{server.url}/metrics", timeout=5).text
+            table = server.server.config.app.state.table  # type: ignore[union-attr]
+            assert "http://127.0.0.1:9" in table._states
         assert "froze" in line
         assert "(1 pools)" in line
         assert (

@@ -150,26 +150,28 @@ def _upstream_from(
 
 
 async def _freeze_when_discovered(
-    source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder
+    source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder, table: EndpointTable
 ) -> None:
     """The heap frozen once more with the fleet discovery found (`gc_pauses`), and with the
     state its pools' requests will need (`prepare_pools`)."""
     if not await became_ready(source.ready):
         return
     started = time.perf_counter()
-    pools = prepare_pools(source, metrics, forwarder)
+    pools = prepare_pools(source, metrics, forwarder, table)
     frozen = freeze_startup_heap()
     log.info("froze %d objects with the discovered fleet (%d pools) out of the garbage "
              "collector's way (%.0f ms)", frozen, pools,
              (time.perf_counter() - started) * 1000)  # fmt: skip
 
 
-def prepare_pools(source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder) -> int:
+def prepare_pools(
+    source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder, table: EndpointTable
+) -> int:
     """Make every discovered pool's request state now, not at its first request: its metric
-    children and its scheduler; the count of pools. Made before the heap is frozen with the
-    fleet, this state is frozen with it: at 1,000 pools it is ~100,000 objects
-    (prometheus_client keeps a value and a lock per histogram bucket), which full collections
-    under load walked, 10-40 ms each, while traffic reached pool after pool
+    children, its scheduler and its endpoints' states; the count of pools. Made before the heap
+    is frozen with the fleet, this state is frozen with it: at 1,000 pools x 10 engines it is
+    ~110,000 objects (prometheus_client keeps a value and a lock per histogram bucket), which
+    full collections under load walked, 10-40 ms each, while traffic reached pool after pool
     (bench/gateway_fleet_scale.py). Each pool's series so read 0 from the start, as
     Prometheus's instrumentation advice has it: the first requests are then seen by `rate()`.
     Pools discovered later get their state at their first request, as before."""
@@ -182,6 +184,8 @@ def prepare_pools(source: Discovery, metrics: GatewayMetrics, forwarder: Forward
                     (revision.namespace, revision.name, role, revision.model, revision.revision)
                 )
                 forwarder.scheduler(revision.model, role, revision.revision)
+                for url in revision.pools[role].endpoints:
+                    table.get(url)
                 pools += 1
     return pools
 
@@ -190,8 +194,10 @@ def _freeze(
     settings: GatewaySettings,
     source: Discovery,
     refreezer: Refreezer | None,
+    *,
     metrics: GatewayMetrics,
     forwarder: Forwarder,
+    table: EndpointTable,
 ) -> list[asyncio.Task[None]]:
     """The heap frozen now, and the tasks that freeze it again: once the fleet is discovered,
     and after long full collections (`gc_pauses`); none without `freeze_startup_heap`."""
@@ -199,7 +205,7 @@ def _freeze(
         return []
     frozen = freeze_startup_heap()
     log.info("froze %d start-up objects out of the garbage collector's way", frozen)
-    tasks = [asyncio.create_task(_freeze_when_discovered(source, metrics, forwarder))]
+    tasks = [asyncio.create_task(_freeze_when_discovered(source, metrics, forwarder, table))]
     if refreezer is not None:
         tasks.append(asyncio.create_task(refreezer.forever()))
     return tasks
@@ -275,7 +281,9 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await source.start()
         scraping = asyncio.create_task(scraper.forever())
-        freezing = _freeze(settings, source, refreezer, metrics, forwarder)
+        freezing = _freeze(
+            settings, source, refreezer, metrics=metrics, forwarder=forwarder, table=table
+        )
         pauses.start()
         lag = LoopLag.started(metrics.loop_lag, metrics.loop_lag_max)
         reloading = (
