@@ -150,41 +150,38 @@ def _upstream_from(
 
 
 async def _freeze_when_discovered(
-    source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder, table: EndpointTable
+    source: Discovery, forwarder: Forwarder, table: EndpointTable
 ) -> None:
     """The heap frozen once more with the fleet discovery found (`gc_pauses`), and with the
     state its pools' requests will need (`prepare_pools`)."""
     if not await became_ready(source.ready):
         return
     started = time.perf_counter()
-    pools = prepare_pools(source, metrics, forwarder, table)
+    pools = prepare_pools(source, forwarder, table)
     frozen = freeze_startup_heap()
     log.info("froze %d objects with the discovered fleet (%d pools) out of the garbage "
              "collector's way (%.0f ms)", frozen, pools,
              (time.perf_counter() - started) * 1000)  # fmt: skip
 
 
-def prepare_pools(
-    source: Discovery, metrics: GatewayMetrics, forwarder: Forwarder, table: EndpointTable
-) -> int:
-    """Make every discovered pool's request state now, not at its first request: its metric
-    children, its scheduler and its endpoints' states; the count of pools. Made before the heap
-    is frozen with the fleet, this state is frozen with it: at 1,000 pools x 10 engines it is
-    ~110,000 objects (prometheus_client keeps a value and a lock per histogram bucket), which
-    full collections under load walked, 10-40 ms each, while traffic reached pool after pool
-    (bench/gateway_fleet_scale.py). Each pool's series so read 0 from the start, as
-    Prometheus's instrumentation advice has it: the first requests are then seen by `rate()`.
-    Pools discovered later get their state at their first request, as before."""
+def prepare_pools(source: Discovery, forwarder: Forwarder, table: EndpointTable) -> int:
+    """Make every discovered pool's routing state now, not at its first request: its
+    scheduler (filters, scorers, picker) and its endpoints' states; the count of pools. Made
+    before the heap is frozen with the fleet, this state is frozen with it; made by first
+    requests, it was walked by the full collections of the first minutes under load, while
+    traffic reached pool after pool (bench/gateway_fleet_scale.py). Pools discovered later get
+    theirs at their first request, as before.
+
+    The pool's metric children are not made here: its series would then exist from start-up,
+    ~45 per pool whether or not it ever serves (45,000 at 1,000 pools, a ~2 s paced render of
+    /metrics), a cost that would grow with the fleet rather than with its traffic."""
     pools = 0
     for service in source.services().values():
         revisions = [service] if service.canary is None else [service, service.canary.service]
         for revision in revisions:
-            for role in revision.pools:
-                metrics.pool(
-                    (revision.namespace, revision.name, role, revision.model, revision.revision)
-                )
+            for role, pool in revision.pools.items():
                 forwarder.scheduler(revision.model, role, revision.revision)
-                for url in revision.pools[role].endpoints:
+                for url in pool.endpoints:
                     table.get(url)
                 pools += 1
     return pools
@@ -195,7 +192,6 @@ def _freeze(
     source: Discovery,
     refreezer: Refreezer | None,
     *,
-    metrics: GatewayMetrics,
     forwarder: Forwarder,
     table: EndpointTable,
 ) -> list[asyncio.Task[None]]:
@@ -205,7 +201,7 @@ def _freeze(
         return []
     frozen = freeze_startup_heap()
     log.info("froze %d start-up objects out of the garbage collector's way", frozen)
-    tasks = [asyncio.create_task(_freeze_when_discovered(source, metrics, forwarder, table))]
+    tasks = [asyncio.create_task(_freeze_when_discovered(source, forwarder, table))]
     if refreezer is not None:
         tasks.append(asyncio.create_task(refreezer.forever()))
     return tasks
@@ -281,9 +277,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await source.start()
         scraping = asyncio.create_task(scraper.forever())
-        freezing = _freeze(
-            settings, source, refreezer, metrics=metrics, forwarder=forwarder, table=table
-        )
+        freezing = _freeze(settings, source, refreezer, forwarder=forwarder, table=table)
         pauses.start()
         lag = LoopLag.started(metrics.loop_lag, metrics.loop_lag_max)
         reloading = (

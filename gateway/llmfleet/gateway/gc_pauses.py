@@ -15,14 +15,16 @@ walk. Freezing is done twice and not on every change: objects frozen stay out of
 collector for good (those that die are freed by reference counting, but garbage in a cycle would
 stay), so a freeze is only done when there is next to no such garbage: before any request.
 
-Each pool's state that lives as long as the fleet does (its metric children, scheduler and
-scorers, its endpoints' states: ~110k objects at 1,000 pools x 10 engines, prometheus_client
-alone keeps a value and a lock per histogram bucket) is made for every pool of that first
-snapshot before the freeze (`app.prepare_pools`); made by each pool's first request instead, it
-was walked by full collections of 100-350 ms under 600 requests/s (a static config of 1,000 x 10
-engines, one stand-in engine; the same in bench/control_plane_scale.py). What traffic still
-makes to keep is little per engine: open connections (an idle one holds no parser, `wire.py`),
-parsed URLs as untracked tuples, scraped figures as numbers of the endpoint's state.
+Each pool's routing state that lives as long as the fleet does (its scheduler and scorers, its
+endpoints' states) is made for every pool of that first snapshot before the freeze
+(`app.prepare_pools`). Its metric children come with its first request (made at start-up they
+would put ~45 series per pool in /metrics whether or not it serves): at 1,000 pools with traffic
+they are ~100k objects (prometheus_client keeps a value and a lock per histogram bucket), and
+with the rest of the pools' state made by first requests, full collections of it took
+100-350 ms under 600 requests/s (a static config of 1,000 x 10 engines, one stand-in engine;
+the same in bench/control_plane_scale.py). What traffic makes to keep per engine is little:
+open connections (an idle one holds no parser, `wire.py`), parsed URLs as untracked tuples,
+scraped figures as numbers of the endpoint's state.
 
 Pools that come later, and what else grows, are met by `Refreezer`: it freezes once more what
 a full collection that took at least `refreeze_after_pause_seconds` left alive: the collection
