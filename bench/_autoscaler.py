@@ -42,7 +42,7 @@ from typing import Any
 
 import psutil
 import yaml
-from _gateways import cpu_seconds, p50_p99_ms, peak_rss_mib
+from _gateways import cpu_seconds, p50_p99_ms, peak_rss_mib, stop_process
 from _support import free_port
 from operator_scale import kubectl
 
@@ -72,15 +72,6 @@ def _samples(text: str, name: str) -> dict[str, float]:
             key, value = line.rsplit(" ", 1)
             found[key[len(name) :]] = float(value)
     return found
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
 
 
 def _wait(what: str, done: Any, timeout: float, every: float = 0.5) -> None:
@@ -341,7 +332,7 @@ def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,
              f"{cpu_seconds(psutil.Process(exporter.pid)):.1f} / "
              f"{peak_rss_mib(exporter.pid):.0f}"),
         ]  # fmt: skip
-        _stop(autoscaler.process)
+        stop_process(autoscaler.process)
         again = Autoscaler(kubeconfig, namespace, prometheus.url, workdir / "autoscaler-2.log")
         processes.append(again.process)
         rows.append(("autoscaler restarted: until its first pass done [s]",
@@ -350,4 +341,4 @@ def figures(kubeconfig: Path, namespace: str, args: argparse.Namespace,
     finally:
         for process in reversed(processes):
             if process.poll() is None:
-                _stop(process)
+                stop_process(process)

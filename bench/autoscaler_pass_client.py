@@ -59,7 +59,8 @@ from typing import Any
 
 import autoscaler_query_scale as query_scale
 import requests
-from _autoscaler import SCRAPE_SECONDS, Prometheus, _stop, _wait
+from _autoscaler import SCRAPE_SECONDS, Prometheus, _wait
+from _gateways import stop_process
 from _support import checkout, free_port
 from kubernetes import client
 
@@ -120,7 +121,7 @@ def record(path: Path, services: int, per_service: int, warmup_s: float) -> None
         finally:
             for process in reversed(processes):
                 if process.poll() is None:
-                    _stop(process)
+                    stop_process(process)
     saved = {"asked_at": asked_at, "services": services, "per_service": per_service,
              "rules": rules.text, "queries": answers}  # fmt: skip
     with gzip.open(path, "wt") as out:

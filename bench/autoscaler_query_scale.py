@@ -50,8 +50,8 @@ from typing import Any
 
 import psutil
 import requests
-from _autoscaler import SCRAPE_SECONDS, Prometheus, _stop, _wait
-from _gateways import cpu_seconds, peak_rss_mib
+from _autoscaler import SCRAPE_SECONDS, Prometheus, _wait
+from _gateways import cpu_seconds, peak_rss_mib, stop_process
 from _support import free_port
 
 from llmfleet.autoscaler.signals import (
@@ -299,7 +299,7 @@ def main() -> None:
         finally:
             for process in reversed(processes):
                 if process.poll() is None:
-                    _stop(process)
+                    stop_process(process)
     print(
         f"\n{args.services} services x {args.pods_per_service} pods, {psutil.cpu_count()} CPUs, "
         f"medians of {args.repeats}"
