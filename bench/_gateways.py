@@ -1,8 +1,9 @@
 """Gateway replicas and change latency for bench/control_plane_scale.py (issue 28).
 
 `Replica` is one `llmfleet gateway` process discovering the benchmark's namespace from the API
-server, read through its own /metrics: `llmfleet_gateway_discovered_endpoints` says what it
-routes to now, `llmfleet_gateway_event_loop_lag_max_seconds` how late its loop ran.
+server, read through its own /metrics (the families asked for: `?name[]=`):
+`llmfleet_gateway_discovered_endpoints` says what it routes to now,
+`llmfleet_gateway_event_loop_lag_max_seconds` how late its loop ran.
 
 `change_latencies` changes one service's replicas at a time (up one, then back) and times, from
 the patch, when each link of the chain has acted: the operator (up: the pool's Deployment has
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,8 @@ from llmfleet.core.cluster import local
 from llmfleet.core.kube import api_client
 
 POLL_SECONDS = 0.02
+SERVICES = "llmfleet_gateway_discovered_services"
+ENDPOINTS = "llmfleet_gateway_discovered_endpoints"
 CHANGE_TIMEOUT_SECONDS = 120.0
 
 
@@ -77,9 +81,11 @@ class Replica:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
         self._ps = psutil.Process(self.process.pid)
 
-    def metrics(self) -> str:
-        """Its /metrics text; "" while it does not answer."""
-        url = f"http://127.0.0.1:{self.port}/metrics"
+    def metrics(self, *names: str) -> str:
+        """Its /metrics text, with `names` only those families (a gateway before `name[]` was
+        honoured answers all of them); "" while it does not answer."""
+        query = urllib.parse.urlencode([("name[]", name) for name in names])
+        url = f"http://127.0.0.1:{self.port}/metrics" + (f"?{query}" if query else "")
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return str(response.read().decode())
@@ -94,7 +100,10 @@ class Replica:
         return None
 
     def endpoints(self) -> float | None:
-        return self.value('llmfleet_gateway_discovered_endpoints{role="unified"}')
+        """What it routes to: one family read, whatever the size of its /metrics (at 1,000
+        pools with traffic a whole read is a ~2 s paced render, which a change's poll waited)."""
+        text = self.metrics(ENDPOINTS)
+        return self.value(ENDPOINTS + '{role="unified"}', text)
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self._ps)
@@ -118,9 +127,9 @@ def wait_discovered(replicas: list[Replica], services: int, endpoints: int) -> l
                 continue
             if replica.process.poll() is not None:
                 raise SystemExit(f"a gateway exited ({replica.log}):\n{replica.log.read_text()}")
-            text = replica.metrics()
-            found = replica.value("llmfleet_gateway_discovered_services", text)
-            routed = replica.value('llmfleet_gateway_discovered_endpoints{role="unified"}', text)
+            text = replica.metrics(SERVICES, ENDPOINTS)
+            found = replica.value(SERVICES, text)
+            routed = replica.value(ENDPOINTS + '{role="unified"}', text)
             if found == services and routed == endpoints:
                 taken[index] = time.monotonic() - replica.started
         time.sleep(0.1)

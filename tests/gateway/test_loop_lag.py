@@ -8,6 +8,7 @@ import asyncio
 import re
 import threading
 import time
+from collections.abc import Collection
 
 import httpx
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -90,10 +91,10 @@ def test_metrics_are_rendered_off_the_event_loop() -> None:
     rendered_in: list[str] = []
     render = metrics.exposition
 
-    def recording(pace: Pace | None = None) -> bytes:
+    def recording(pace: Pace | None = None, names: Collection[str] = ()) -> bytes:
         rendered_in.append(threading.current_thread().name)
         assert pace is not None  # paced, so the loop keeps the GIL (`metrics.Pace`)
-        return render(pace)
+        return render(pace, names)
 
     metrics.exposition = recording  # type: ignore[method-assign]
     with ThreadServer(app) as server:

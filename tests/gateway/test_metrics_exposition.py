@@ -8,6 +8,7 @@ import pytest
 
 from llmfleet.gateway import metrics as metrics_module
 from llmfleet.gateway.metrics import GatewayMetrics, Pace
+from llmfleet.gateway.pool_metrics import PoolSeries
 
 
 def _fleet_metrics(pools: int) -> GatewayMetrics:
@@ -15,9 +16,9 @@ def _fleet_metrics(pools: int) -> GatewayMetrics:
     found = GatewayMetrics(discovered=lambda: {})
     for index in range(pools):
         pool = found.pool(("ns", f"svc-{index}", "unified", f"model-{index}", ""))
-        pool.outcome("ok").inc()
-        pool.e2e.observe(0.2)
-        pool.ttft.observe(0.05)
+        pool.count_outcome("ok")
+        pool.observe_e2e(0.2)
+        pool.observe_ttft(0.05)
     return found
 
 
@@ -47,13 +48,15 @@ def test_a_render_in_small_pieces_of_text_is_the_plain_one(
 def test_the_render_sleeps_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no work allowed per slice, it pauses at every look at the clock: every
     `check_every` samples of a family as they are made (a labelled metric's own `collect()`
-    would make them all at once, 45-65 ms at 1,000 pools) and as they are rendered, and after
-    each family."""
+    would make them all at once, 45-65 ms at 1,000 pools) or, for the per-pool series, after
+    each pool's samples; as they are rendered; and after each family."""
     slept: list[float] = []
     monkeypatch.setattr(metrics_module.time, "sleep", slept.append)
     found = _fleet_metrics(50)
     families = list(found.registry.collect())
-    looks = sum(2 * (len(f.samples) // 16) for f in families) + len(families)
+    per_pool = {family.name for family in PoolSeries().describe()}
+    made = sum(50 if f.name in per_pool else len(f.samples) // 16 for f in families)
+    looks = sum(len(f.samples) // 16 for f in families) + made + len(families)
     assert looks > 2 * len(families)  # the large families pause while they are made
     found.exposition(Pace(work_seconds=0, pause_seconds=0.002, check_every=16))
     assert len(slept) == looks

@@ -394,20 +394,22 @@ def _probes(app: FastAPI, source: Discovery) -> None:
 
 def _metrics_route(app: FastAPI, metrics: GatewayMetrics) -> None:
     @app.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
         # Rendered in a thread: at 1,000 services the per-service series make it megabytes,
         # about a second of work that, on the event loop, every request in flight waited out
         # (the scale benchmark's polls showed loop lag past 1 s). prometheus_client copies each
         # metric's children under its lock, and discovery's snapshot is immutable.
         # Paced (`metrics.Pace`), with the collector paused meanwhile
         # (`gc_pauses.collector_paused`).
-        body = await asyncio.to_thread(_exposition, metrics)
+        # ?name[]=... (as prometheus_client's own handler): only those families.
+        names = request.query_params.getlist("name[]")
+        body = await asyncio.to_thread(_exposition, metrics, names)
         return Response(body, media_type="text/plain; version=0.0.4")
 
 
-def _exposition(metrics: GatewayMetrics) -> bytes:
+def _exposition(metrics: GatewayMetrics, names: list[str]) -> bytes:
     with collector_paused():
-        return metrics.exposition(PACE)
+        return metrics.exposition(PACE, names)
 
 
 class _KeyGuard:
@@ -631,7 +633,7 @@ class _Gateway:
             try:
                 response = await self.serve(call)
             except Failure as failure:
-                self.metrics.pool(call.labels(_pool(service))).outcome(failure.outcome).inc()
+                self.metrics.pool(call.labels(_pool(service))).count_outcome(failure.outcome)
                 response = failure.response
             await writer.write(response, self.metrics.overhead(call.path, "chunk"))
             response_overhead = call.answered_at
@@ -647,7 +649,7 @@ class _Gateway:
                 task.uncancel()
             if not writer.started:
                 log.info("request_id=%s client left before the answer; cancelled", call.request_id)
-                self.metrics.pool(call.labels(_pool(service))).outcome("cancelled").inc()
+                self.metrics.pool(call.labels(_pool(service))).count_outcome("cancelled")
         finally:
             watcher.stop()
             await _close_all(call)
@@ -696,7 +698,7 @@ class _Gateway:
             if wait:
                 labels = (service.namespace, service.name, _pool(service), service.model,
                           service.revision)  # fmt: skip
-                self.metrics.pool(labels).outcome("rate_limited").inc()
+                self.metrics.pool(labels).count_outcome("rate_limited")
                 raise _Refused(
                     error_response(
                         429,

@@ -7,21 +7,18 @@ Every series carries namespace, service, pool and model, as DESIGN.md §1 asks o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 
-LABELS = ("namespace", "service", "pool", "model", "revision")
-"""Labels of every per-pool series; `revision` tells a canary's requests from the stable
-revision's (the canary analysis compares them), empty where discovery knows none."""
-Labels = tuple[str, str, str, str, str]
+from llmfleet.gateway.pool_metrics import LABELS, Labels, PoolMetrics, PoolSeries
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+__all__ = ["LABELS", "GatewayMetrics", "Labels", "Pace", "PoolMetrics"]
+
 # The gateway's own time is sub-millisecond when healthy (target: added p99 <= 1.2 ms).
 _OVERHEAD_BUCKETS = (
     0.00002, 0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.005, 0.01, 0.05,
@@ -38,34 +35,9 @@ class GatewayMetrics:
         r = self.registry
         if discovered is not None:
             r.register(DiscoveredCollector(discovered))
-        self.requests = Counter(
-            "llmfleet_gateway_requests",
-            "Requests by outcome (ok, client_error, upstream_error, timeout, rejected, "
-            "unavailable, stream_error, cancelled).",
-            (*LABELS, "outcome"),
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "llmfleet_gateway_request_duration_seconds",
-            "From the request's arrival to the last byte of the response.",
-            LABELS,
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ttft = Histogram(
-            "llmfleet_gateway_time_to_first_token_seconds",
-            "Streaming requests: from arrival to the first response chunk.",
-            LABELS,
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.itl = Histogram(
-            "llmfleet_gateway_inter_token_latency_seconds",
-            "Streaming requests: time between consecutive response chunks.",
-            LABELS,
-            buckets=_ITL_BUCKETS,
-            registry=r,
-        )
+        # requests by outcome, latency histograms, retries, ejections, 429s, in flight
+        self._pools = PoolSeries()
+        r.register(self._pools)
         self._overhead = Histogram(
             "llmfleet_gateway_overhead_seconds",
             "Time the gateway itself adds, by route and phase: request (the client's body read "
@@ -118,28 +90,6 @@ class GatewayMetrics:
             "The largest event-loop lag sampled since the gateway started.",
             registry=r,
         )
-        self.retries = Counter(
-            "llmfleet_gateway_retries", "Requests retried on another endpoint.", LABELS, registry=r
-        )
-        self.ejections = Counter(
-            "llmfleet_gateway_ejections",
-            "Endpoints ejected after consecutive failures.",
-            LABELS,
-            registry=r,
-        )
-        self.rejected = Counter(
-            "llmfleet_gateway_rejected",
-            "Requests answered 429 because the pool had too many in flight.",
-            LABELS,
-            registry=r,
-        )
-        self.in_flight = Gauge(
-            "llmfleet_gateway_in_flight_requests",
-            "Requests in flight through this gateway.",
-            LABELS,
-            registry=r,
-        )
-
         self.nonlocal_refused = Counter(
             "llmfleet_gateway_nonlocal_refused",
             "Connections refused before connecting because the destination is outside "
@@ -171,24 +121,10 @@ class GatewayMetrics:
         )
 
         self.policies = PolicyMetrics(r)
-        self._pools: dict[Labels, PoolMetrics] = {}
 
     def pool(self, labels: Labels) -> PoolMetrics:
-        """The children of every metric for one pool, looked up once (`labels()` is not free)."""
-        children = self._pools.get(labels)
-        if children is None:
-            children = self._pools[labels] = PoolMetrics(
-                self.requests,
-                self.e2e.labels(*labels),
-                self.ttft.labels(*labels),
-                self.itl.labels(*labels),
-                self.retries.labels(*labels),
-                self.ejections.labels(*labels),
-                self.rejected.labels(*labels),
-                self.in_flight.labels(*labels),
-                labels,
-            )
-        return children
+        """One pool's series (`pool_metrics`), made by its first request."""
+        return self._pools.pool(labels)
 
     def overhead(self, route: str, phase: str) -> Any:
         """The overhead histogram's child for one route and phase (looked up once)."""
@@ -197,32 +133,15 @@ class GatewayMetrics:
             child = self._overheads[route, phase] = self._overhead.labels(route, phase)
         return child
 
-    def exposition(self, pace: Pace | None = None) -> bytes:
+    def exposition(self, pace: Pace | None = None, names: Collection[str] = ()) -> bytes:
         """The registry in Prometheus's text format; with `pace`, rendered in slices with a pause
-        between them (`Pace`)."""
+        between them (`Pace`). With `names` (/metrics?name[]=...), only those families, unpaced:
+        what a poll of one figure reads, whatever the size of the rest."""
+        if names:
+            return generate_latest(self.registry.restricted_registry(names))
         if pace is None:
             return generate_latest(self.registry)
         return _Paced(self.registry, pace).render()
-
-
-@dataclass
-class PoolMetrics:
-    _requests: Counter
-    e2e: Any
-    ttft: Any
-    itl: Any
-    retries: Any
-    ejections: Any
-    rejected: Any
-    in_flight: Any
-    labels: Labels
-    _outcomes: dict[str, Any] = field(default_factory=dict)
-
-    def outcome(self, outcome: str) -> Any:
-        child = self._outcomes.get(outcome)
-        if child is None:
-            child = self._outcomes[outcome] = self._requests.labels(*self.labels, outcome)
-        return child
 
 
 POLICY_LABELS = ("namespace", "service", "model")
@@ -315,7 +234,11 @@ class DiscoveredCollector:
         self._services = services
 
     def describe(self) -> list[GaugeMetricFamily]:
-        return []
+        """The families' names, so that /metrics?name[]= collects this only when asked."""
+        return [
+            GaugeMetricFamily("llmfleet_gateway_discovered_services", ""),
+            GaugeMetricFamily("llmfleet_gateway_discovered_endpoints", "", labels=("role",)),
+        ]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
@@ -403,7 +326,12 @@ class _Paced:
             yield from self._registry.collect()
             return
         for collector in list(collectors):
-            if isinstance(collector, MetricWrapperBase) and hasattr(collector, "_get_metric"):
+            if isinstance(collector, PoolSeries):
+                # its pools' samples made with pauses (~18 a pool in a histogram family)
+                yield from collector.collect_paced(
+                    self.pause_if_due, max(1, self.check_every // 16)
+                )
+            elif isinstance(collector, MetricWrapperBase) and hasattr(collector, "_get_metric"):
                 yield self._family(collector)
             else:
                 yield from collector.collect()

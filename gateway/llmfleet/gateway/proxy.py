@@ -191,7 +191,7 @@ class Forwarder:
         """Refuse with 429 when the pool has `max_in_flight_per_pool` requests in flight."""
         key = (call.service.model, pool)
         if self._pool_in_flight.get(key, 0) >= self.settings.max_in_flight_per_pool:
-            self.metrics.pool(call.labels(pool)).rejected.inc()
+            self.metrics.pool(call.labels(pool)).count_rejected()
             retry = str(self.settings.retry_after_seconds)
             raise Failure(
                 error_response(
@@ -226,7 +226,7 @@ class Forwarder:
             url = candidate.url
             tried.add(url)
             if attempt:
-                self.metrics.pool(labels).retries.inc()
+                self.metrics.pool(labels).count_retry()
             self._begin(call, pool.role, url, tokens)
             if call.read_at is not None:
                 self.metrics.overhead(call.path, "request").observe(
@@ -289,13 +289,13 @@ class Forwarder:
         self.table.begin(url, tokens)
         key = (call.service.model, pool)
         self._pool_in_flight[key] = self._pool_in_flight.get(key, 0) + 1
-        self.metrics.pool(call.labels(pool)).in_flight.inc()
+        self.metrics.pool(call.labels(pool)).add_in_flight(1)
 
     def _end(self, call: Call, pool: Role, url: str, tokens: int) -> None:
         self.table.end(url, tokens)
         key = (call.service.model, pool)
         self._pool_in_flight[key] = self._pool_in_flight.get(key, 1) - 1
-        self.metrics.pool(call.labels(pool)).in_flight.dec()
+        self.metrics.pool(call.labels(pool)).add_in_flight(-1)
 
     def finish(self, call: Call, opened: Opened) -> None:
         self._end(call, opened.pool, opened.url, opened.tokens)
@@ -303,7 +303,7 @@ class Forwarder:
     def _failed(self, call: Call, pool: Role, url: str, reason: str, *, hung: bool = False) -> str:
         log.warning("request_id=%s endpoint=%s failed: %s", call.request_id, url, reason)
         if self.table.failed(url, hung=hung):
-            self.metrics.pool(call.labels(pool)).ejections.inc()
+            self.metrics.pool(call.labels(pool)).count_ejection()
             log.warning("endpoint=%s ejected for %ss", url, self.settings.eject_seconds)
         return f"{url}: {reason}"
 
@@ -355,7 +355,7 @@ class Forwarder:
                 data = await upstream.aread()
             except UpstreamError as error:
                 self._failed(call, opened.pool, opened.url, f"reading the response: {error}")
-                self.metrics.pool(labels).outcome("upstream_error").inc()
+                self.metrics.pool(labels).count_outcome("upstream_error")
                 return error_response(502, f"the engine at {opened.url} broke off its answer")
             finally:
                 await upstream.aclose()
@@ -381,8 +381,8 @@ class Forwarder:
 
     def _done(self, call: Call, labels: Labels, outcome: str) -> None:
         pool = self.metrics.pool(labels)
-        pool.outcome(outcome).inc()
-        pool.e2e.observe(time.perf_counter() - call.arrived)
+        pool.count_outcome(outcome)
+        pool.observe_e2e(time.perf_counter() - call.arrived)
 
 
 class _Relay:
@@ -464,9 +464,9 @@ class _Relay:
             self._reader = None
         now = time.perf_counter()
         if self._last is None:
-            self._metrics.ttft.observe(now - self._call.arrived)
+            self._metrics.observe_ttft(now - self._call.arrived)
         else:
-            self._metrics.itl.observe(now - self._last)
+            self._metrics.observe_itl(now - self._last)
         self._last = now
         return chunk
 
