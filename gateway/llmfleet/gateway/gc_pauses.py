@@ -17,12 +17,12 @@ stay), so a freeze is only done when there is next to no such garbage: before an
 
 Each pool's routing state that lives as long as the fleet does (its scheduler and scorers, its
 endpoints' states) is made for every pool of that first snapshot before the freeze
-(`app.prepare_pools`). Its metric children come with its first request (made at start-up they
-would put ~45 series per pool in /metrics whether or not it serves): at 1,000 pools with traffic
-they are ~100k objects (prometheus_client keeps a value and a lock per histogram bucket), and
-with the rest of the pools' state made by first requests, full collections of it took
-100-350 ms under 600 requests/s (a static config of 1,000 x 10 engines, one stand-in engine;
-the same in bench/control_plane_scale.py). What traffic makes to keep per engine is little:
+(`app.prepare_pools`). Its series come with its first request (made at start-up they would put
+~45 series per pool in /metrics whether or not it serves), as two tracked objects
+(`pool_metrics`): prometheus_client's children were ~120 per pool, 120k at 1,000 pools with
+traffic, and with the rest of the pools' state made by first requests, full collections of it
+took 100-350 ms under 600 requests/s (a static config of 1,000 x 10 engines, one stand-in
+engine; the same in bench/control_plane_scale.py). What traffic makes to keep per engine is little:
 open connections (an idle one holds no parser, `wire.py`), parsed URLs as untracked tuples,
 scraped figures as numbers of the endpoint's state.
 
