@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import pytest
 
 from llmfleet.crds import labels as L
 from llmfleet.gateway.kube_discovery import (
+    Built,
     Changes,
     KubeDiscovery,
     Specs,
@@ -401,3 +403,87 @@ def test_what_discovery_keeps_of_whole_objects_gives_their_snapshot() -> None:
         "labels": {"kubernetes.io/service-name": "llama-unified"},
     }
     assert llama.canary.service.pools["unified"].endpoints == ("http://10.0.0.2:8000",)
+
+
+def _fleet(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    services = [
+        service(f"s{i}", {**UNIFIED, "model": {"name": "org/x", "servedName": f"m{i}"}},
+                uid=f"u{i}", generation=1)
+        for i in range(count)
+    ]  # fmt: skip
+    slices = [
+        endpoint_slice(f"s{i}-unified", *[(f"10.0.{i}.{j}", True, False) for j in range(3)])
+        for i in range(count)
+    ]
+    return services, slices
+
+
+def test_a_rebuild_after_one_change_makes_only_that_service_anew() -> None:
+    """`Built`: the services whose objects did not change are the same objects as before (and
+    the diff of the two snapshots names only the changed one); the changed one is rebuilt."""
+    services, slices = _fleet(50)
+    built, specs = Built(), Specs()
+    before = snapshot(services, slices, specs=specs, built=built)
+    slices[7] = endpoint_slice("s7-unified", ("10.0.7.0", True, False))
+    after = snapshot(services, slices, specs=specs, built=built)
+    assert [m for m in after if after[m] is not before[m]] == ["m7"]
+    assert after["m7"].pools["unified"].endpoints == ("http://10.0.7.0:8000",)
+    assert changes(before, after) == [
+        "model 'm7' (ns/s7) pool unified: serving endpoints http://10.0.7.0:8000"
+    ]
+    assert snapshot(services, slices, specs=specs, built=built) == after
+
+
+def test_a_snapshot_from_what_was_built_is_the_snapshot_from_scratch() -> None:
+    """300 random changes (endpoints ready or not, slices split and removed, services added,
+    deleted, edited, a canary started, reweighted and ended, a topology switched, a model
+    name claimed twice), each snapshot with `Built` equal to one built from nothing."""
+    draw = random.Random(11)
+    seen = {"canaries": 0, "endpoints": 0, "disaggregated": 0}
+    services, slices = _fleet(12)
+    built, specs = Built(), Specs()
+    for step in range(300):
+        index = draw.randrange(len(services) + 2)
+        name = f"s{index}"
+        match draw.randrange(6):
+            case 0:  # the endpoints of one of its pools' slices
+                pool = draw.choice(("unified", "prefill", "decode", f"u{'c' * 6}"))
+                kept = [s for s in slices if s["metadata"]["labels"]["kubernetes.io/service-name"]
+                        != f"{name}-{pool}"]  # fmt: skip
+                for part in range(draw.randrange(3)):
+                    ips = [f"10.1.{index}.{part * 10 + j}" for j in range(draw.randrange(4))]
+                    endpoints = [(ip, draw.random() < 0.7, draw.random() < 0.1) for ip in ips]
+                    kept.append(endpoint_slice(f"{name}-{pool}", *endpoints))
+                slices = kept
+            case 1:  # the service edited: a new generation, maybe another topology or model
+                spec = draw.choice((UNIFIED, PD))
+                served = draw.choice((f"m{index}", "m0", "shared"))
+                spec = {**spec, "model": {"name": "org/x", "servedName": served}}
+                services = [s for s in services if s["metadata"]["name"] != name]
+                created = f"2026-11-{1 + index % 20:02d}"
+                services.append(service(name, spec, uid=f"u{index}", generation=step + 2,
+                                        creationTimestamp=created))  # fmt: skip
+            case 2:  # its status: a canary runs, changes weight, or ends
+                for position, obj in enumerate(services):
+                    if obj["metadata"]["name"] == name:
+                        canary = draw.choice((
+                            None,
+                            {"phase": "Progressing", "revision": "c" * 6,
+                             "weight": draw.randrange(100)},
+                            {"phase": "Promoted", "revision": "c" * 6},
+                        ))  # fmt: skip
+                        status = {"revision": "r1", **({"canary": canary} if canary else {})}
+                        services[position] = {**obj, "status": status}
+            case 3:  # deleted, or being deleted
+                services = [s for s in services if s["metadata"]["name"] != name]
+                if draw.random() < 0.5:
+                    services.append(service(name, UNIFIED, uid=f"u{index}", generation=1,
+                                            deletionTimestamp="2026-11-28T00:00:00Z"))  # fmt: skip
+            case _:  # nothing: a rebuild with no change
+                pass
+        whole = snapshot(services, slices)
+        assert snapshot(services, slices, [], specs, built) == whole, step
+        seen["canaries"] += sum(s.canary is not None for s in whole.values())
+        seen["endpoints"] += sum(len(p.endpoints) for s in whole.values() for p in s.pools.values())
+        seen["disaggregated"] += sum("decode" in s.pools for s in whole.values())
+    assert min(seen.values()) > 20, seen  # the walk went through each kind of state

@@ -9,8 +9,10 @@ disappears, without the gateway knowing about spares at all.
 (`llmfleet.core.informer`: a LIST, then a WATCH resumed from its resourceVersion, a new LIST on
 410 Gone), and `KubeDiscovery` rebuilds the snapshot from that memory (no API request) when the
 watches saw a change: woken by the informers (`Changes`), after `SETTLE_SECONDS` so that a burst
-of events makes one rebuild, parsing each spec once per generation, in a worker thread, and
-swaps it in one assignment, so `services()` stays a cheap read on every request. With nothing
+of events makes one rebuild, parsing each spec once per generation and building anew only the
+services whose objects changed (`Built`), in a worker thread that also diffs it with the current
+one for the log, and swaps it in one assignment, so `services()` stays a cheap read on every
+request. With nothing
 changed nothing is rebuilt (the snapshot is a function of the objects alone), so an idle fleet
 costs no work however large; a lister without `changes` (a static one, in tests) is re-read
 every `interval` seconds instead. A conflict (two services claiming one model name) or an
@@ -23,8 +25,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -130,19 +132,76 @@ class Specs:
             del self._parsed[gone]
 
 
+class Built:
+    """What the last snapshot built, for the next one to reuse: each pool's `Pool` with the
+    EndpointSlice objects it was made from, each service's `Service` with its object and pools.
+    The informers replace an object when it changes and keep it otherwise, so an input that is
+    the same object (`is`) gives the same output: a rebuild after one change makes new objects
+    for the services that change touched and reuses the rest (at 1,000 services x 10 endpoints
+    a whole rebuild was ~20-30 ms of a worker thread holding the GIL; the diff of two snapshots,
+    on the event loop, 2-6 ms, now a look at each service's identity)."""
+
+    def __init__(self) -> None:
+        self._pools: dict[tuple[str, str, Role], tuple[list[Mapping[str, Any]], Pool]] = {}
+        self._services: dict[
+            tuple[str, str], tuple[Mapping[str, Any], tuple[Pool, ...], Service]
+        ] = {}
+        self._next_pools: dict[tuple[str, str, Role], tuple[list[Mapping[str, Any]], Pool]] = {}
+        self._next_services: dict[
+            tuple[str, str], tuple[Mapping[str, Any], tuple[Pool, ...], Service]
+        ] = {}
+
+    def pool(self, slices: list[Mapping[str, Any]], namespace: str, name: str, role: Role) -> Pool:
+        """Pool `role` with the ready endpoints of `slices` (those of Service `name`)."""
+        key = (namespace, name, role)
+        kept = self._pools.get(key)
+        if kept is None or not _same(kept[0], slices):
+            kept = (slices, Pool(role, _ready_urls(slices)))
+        self._next_pools[key] = kept
+        return kept[1]
+
+    def service(self, obj: Mapping[str, Any], pools: tuple[Pool, ...]) -> Service | None:
+        """The Service built before from the same `obj` and `pools`; None if there is none."""
+        metadata = obj["metadata"]
+        key = (metadata["namespace"], metadata["name"])
+        kept = self._services.get(key)
+        if kept is None or kept[0] is not obj or not _same(kept[1], pools):
+            return None
+        self._next_services[key] = kept
+        return kept[2]
+
+    def keep(self, obj: Mapping[str, Any], pools: tuple[Pool, ...], service: Service) -> Service:
+        """`service`, built from `obj` and `pools`, kept for the next snapshot."""
+        metadata = obj["metadata"]
+        self._next_services[metadata["namespace"], metadata["name"]] = (obj, pools, service)
+        return service
+
+    def done(self) -> None:
+        """Keep what this snapshot used, for the next one; forget the rest."""
+        self._pools, self._next_pools = self._next_pools, {}
+        self._services, self._next_services = self._next_services, {}
+
+
+def _same(before: Sequence[object], now: Sequence[object]) -> bool:
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
+
+
 def snapshot(
     services: Iterable[Mapping[str, Any]],
     slices: Iterable[Mapping[str, Any]],
     problems: list[str] | None = None,
     specs: Specs | None = None,
+    built: Built | None = None,
 ) -> dict[str, Service]:
     """Served model name -> Service, from InferenceService and EndpointSlice objects.
 
     A service left out (an invalid spec, a model name another service already serves) is
     said in `problems`, one line each, for the caller to log once per change (not once per
-    pass); `specs` keeps parsed specs across calls."""
+    pass); `specs` keeps parsed specs across calls, `built` what was built from unchanged
+    objects (`Built`)."""
     said = problems if problems is not None else []
     specs = specs or Specs()
+    built = built or Built()
     by_service: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for endpoint_slice in slices:
         metadata = endpoint_slice["metadata"]
@@ -162,7 +221,7 @@ def snapshot(
             said.append(f"skipping {namespace}/{name}: {spec}")
             continue
 
-        pool = functools.partial(_pool, by_service, namespace, name)
+        pool = functools.partial(_pool, by_service, built, namespace, name)
         pools: dict[Role, Pool] = {
             cast(Role, role): pool(cast(Role, role)) for role in spec.pools()
         }
@@ -174,12 +233,19 @@ def snapshot(
                         f"{namespace}/{name}; routing to the first created")  # fmt: skip
             continue
         status = obj.get("status") or {}
-        stable = Service(
-            model=model, namespace=namespace, name=name, pools=pools,
-            traffic=spec.traffic, slo=spec.slo, max_model_len=spec.model.max_model_len,
-            revision=str(status.get("revision") or ""),
-        )  # fmt: skip
-        found[model] = _with_canary(stable, status.get("canary"), by_service)
+        canary = _canary_pools(namespace, name, tuple(pools), status.get("canary"), by_service,
+                               built=built)  # fmt: skip
+        used = (*pools.values(), *(canary[1].values() if canary else ()))
+        kept = built.service(obj, used)
+        if kept is None:
+            stable = Service(
+                model=model, namespace=namespace, name=name, pools=pools,
+                traffic=spec.traffic, slo=spec.slo, max_model_len=spec.model.max_model_len,
+                revision=str(status.get("revision") or ""),
+            )  # fmt: skip
+            kept = built.keep(obj, used, _with_canary(stable, canary))
+        found[model] = kept
+    built.done()
     return found
 
 
@@ -187,35 +253,47 @@ CANARY_PHASES = (CanaryPhase.PROGRESSING, CanaryPhase.PAUSED, CanaryPhase.PROMOT
 """Phases in which a canary takes its share of the traffic (`status.canary.weight`)."""
 
 
-def _with_canary(
-    stable: Service,
+def _canary_pools(
+    namespace: str,
+    name: str,
+    roles: tuple[Role, ...],
     canary: Mapping[str, Any] | None,
     by_service: Mapping[tuple[str, str], list[Mapping[str, Any]]],
-) -> Service:
-    """`stable` with the canary its status publishes, if one runs: the canary's pools are the
-    Services the operator names after its revision (`labels.revision_child_name`), whose
-    EndpointSlices list the canary pods that serve its share."""
+    *,
+    built: Built,
+) -> tuple[str, dict[Role, Pool], int] | None:
+    """The canary its status publishes, if one runs: its revision, its pools (the Services the
+    operator names after its revision, `labels.revision_child_name`, whose EndpointSlices list
+    the canary pods that serve its share) and its weight."""
     if not canary or canary.get("phase") not in CANARY_PHASES or not canary.get("revision"):
-        return stable
+        return None
     revision = str(canary["revision"])
-    pools = {
-        role: Pool(role, _ready_urls(by_service.get(
-            (stable.namespace, L.revision_child_name(stable.name, role, revision)), [])))
-        for role in stable.pools
-    }  # fmt: skip
+    pools = {}
+    for role in roles:
+        child = L.revision_child_name(name, role, revision)
+        pools[role] = built.pool(by_service.get((namespace, child), []), namespace, child, role)
+    return revision, pools, int(canary.get("weight") or 0)
+
+
+def _with_canary(stable: Service, canary: tuple[str, dict[Role, Pool], int] | None) -> Service:
+    """`stable` with its canary's share (`_canary_pools`), if one runs."""
+    if canary is None:
+        return stable
+    revision, pools, weight = canary
     service = replace(stable, pools=pools, revision=revision)
-    return replace(stable, canary=Split.of(service, int(canary.get("weight") or 0)))
+    return replace(stable, canary=Split.of(service, weight))
 
 
 def _pool(
     by_service: Mapping[tuple[str, str], list[Mapping[str, Any]]],
+    built: Built,
     namespace: str,
     name: str,
     role: Role,
 ) -> Pool:
     """Pool `role` of InferenceService `namespace/name` with its ready endpoints."""
     pool_service = L.pool_service_name(name, role)
-    return Pool(role, _ready_urls(by_service.get((namespace, pool_service), [])))
+    return built.pool(by_service.get((namespace, pool_service), []), namespace, pool_service, role)
 
 
 def _while_switching(pools: dict[Role, Pool], pool: Callable[[Role], Pool]) -> dict[Role, Pool]:
@@ -242,7 +320,8 @@ def changes(before: Mapping[str, Service], after: Mapping[str, Service]) -> list
     lines = []
     for model in sorted(before.keys() - after.keys()):
         lines.append(f"model {model!r} is gone")
-    for model, service in sorted(after.items()):
+    # a service built from the same objects (`Built`) is the same object: nothing of it changed
+    for model, service in sorted((m, s) for m, s in after.items() if before.get(m) is not s):
         old = before.get(model)
         where = f"{service.namespace}/{service.name}"
         if old is None:
@@ -363,6 +442,14 @@ class WatchedLister:
             informer.stop()
 
 
+@dataclass(frozen=True)
+class _Discovered:
+    services: dict[str, Service]
+    by_name: dict[tuple[str, str], Service]
+    problems: list[str]
+    changes: list[str]
+
+
 class KubeDiscovery:
     """The `Discovery` protocol over the Kubernetes API, rebuilt when the watches see a change
     (a lister without `changes`: every `interval` seconds)."""
@@ -375,30 +462,34 @@ class KubeDiscovery:
         self._ready = False
         self._task: asyncio.Task[None] | None = None
         self._specs = Specs()
+        self._built = Built()
         self._problems: set[str] = set()
         self.refreshes = 0
         """Snapshots built so far (tests count them)."""
 
-    def _discover(self) -> tuple[dict[str, Service], list[str]]:
-        """One list and snapshot (in a worker thread: parsing stays off the event loop)."""
+    def _discover(self) -> _Discovered:
+        """One list and snapshot, its index and what changed since the current one: in a
+        worker thread, so that parsing and comparing stay off the event loop."""
         services, slices = self._lister()
         problems: list[str] = []
-        found = snapshot(services, slices, problems, self._specs)
+        found = snapshot(services, slices, problems, self._specs, self._built)
         self._specs.keep_only({(o["metadata"]["namespace"], o["metadata"]["name"])
                                for o in services})  # fmt: skip
-        return found, problems
+        # `self._services` changes only on the loop, after this returns (one refresh at a time)
+        return _Discovered(found, index_by_name(found), problems, changes(self._services, found))
 
     async def refresh(self) -> None:
-        found, problems = await asyncio.to_thread(self._discover)
-        for line in changes(self._services, found):
+        discovered = await asyncio.to_thread(self._discover)
+        for line in discovered.changes:
             log.info("%s", line)
         # A problem is said when it appears and when it ends, not on every pass.
-        for line in sorted(set(problems) - self._problems):
+        problems = set(discovered.problems)
+        for line in sorted(problems - self._problems):
             log.warning("%s", line)
-        for line in sorted(self._problems - set(problems)):
+        for line in sorted(self._problems - problems):
             log.info("resolved: %s", line)
-        self._problems = set(problems)
-        self._services, self._by_name = found, index_by_name(found)
+        self._problems = problems
+        self._services, self._by_name = discovered.services, discovered.by_name
         self._ready = True
         self.refreshes += 1
 

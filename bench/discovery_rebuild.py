@@ -1,0 +1,166 @@
+"""Benchmark: the gateway's discovery rebuilding its snapshot after one change at fleet scale,
+this checkout beside `--baseline` (issue 28).
+
+    .venv/bin/llmfleet isolated -- .venv/bin/python bench/discovery_rebuild.py \\
+        [--services 1000 --pods-per-service 10] [--changes 50] [--rounds 3] [--baseline REV]
+
+A change to one service (a pod of its pool going unready, or back) reaches a gateway as one
+EndpointSlice event; `KubeDiscovery` then rebuilds its snapshot from the informers' memory in a
+worker thread, diffs it with the current one for its log and swaps it in. This measures that
+rebuild, without a cluster, in the process of each revision (this checkout, and `--baseline`'s
+source roots run with PYTHONPATH as `_support.checkout` gives them), in turn for `--rounds`:
+- `--services` InferenceServices of one unified pool and their EndpointSlices of
+  `--pods-per-service` ready endpoints each, as discovery keeps them (`kept_service`,
+  `kept_slice`), held by a lister that returns them as the informers do (the same objects
+  until one changes);
+- `--changes` changes, one at a time: one slice replaced by a new object with one endpoint's
+  readiness flipped, then `KubeDiscovery.refresh()` awaited. Per change: its wall time, the
+  CPU time of the whole process, and the largest lag of the event loop meanwhile (a task asks
+  for a 1 ms sleep, again and again, and measures how much later it returns: what requests in
+  flight would have waited, the worker thread holding the GIL included).
+Each change is also checked: the snapshot after it routes to exactly the new endpoints.
+Medians (and the largest lag) per revision; compare within the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _support import REPO, checkout
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--services", type=int, default=1000)
+    parser.add_argument("--pods-per-service", type=int, default=10)
+    parser.add_argument("--changes", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", help="a commit to measure beside this checkout")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def fleet(services: int, pods: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """InferenceServices and EndpointSlices as discovery keeps them."""
+    from llmfleet.gateway.kube_discovery import kept_service, kept_slice  # noqa: PLC0415
+
+    found, slices = [], []
+    for index in range(services):
+        name = f"svc-{index:04d}"
+        found.append(kept_service({
+            "metadata": {"namespace": "bench", "name": name, "uid": f"uid-{index}",
+                         "generation": 1, "creationTimestamp": "2026-11-28T00:00:00Z"},
+            "spec": {"model": {"name": "org/model", "servedName": f"model-{index}"},
+                     "topology": {"unified": {"replicas": pods}}},
+            "status": {"revision": "abc"},
+        }))  # fmt: skip
+        slices.append(kept_slice(endpoint_slice(index, [True] * pods)))
+    return found, slices
+
+
+def endpoint_slice(index: int, ready: list[bool]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "bench", "name": f"svc-{index:04d}-unified-abcde",
+                     "labels": {"kubernetes.io/service-name": f"svc-{index:04d}-unified"}},
+        "ports": [{"name": "http", "port": 8000}],
+        "endpoints": [{"addresses": [f"10.{index // 250}.{index % 250}.{pod}"],
+                       "conditions": {"ready": up}} for pod, up in enumerate(ready)],
+    }  # fmt: skip
+
+
+async def measure(args: argparse.Namespace) -> list[dict[str, float]]:
+    from llmfleet.gateway.kube_discovery import KubeDiscovery, kept_slice  # noqa: PLC0415
+
+    services, slices = fleet(args.services, args.pods_per_service)
+    discovery = KubeDiscovery(lambda: (services, list(slices)))
+    await discovery.refresh()
+    lags: list[float] = []
+
+    async def sample() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + 0.001
+            await asyncio.sleep(0.001)
+            lags.append(loop.time() - asked)
+
+    sampler = asyncio.create_task(sample())
+    found = []
+    for change in range(args.changes):
+        index = (change * 37) % args.services
+        ready = [pod != change % args.pods_per_service for pod in range(args.pods_per_service)]
+        slices[index] = kept_slice(endpoint_slice(index, ready))
+        await asyncio.sleep(0.02)
+        lags.clear()
+        started, cpu = time.perf_counter(), time.process_time()
+        await discovery.refresh()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        routed = discovery.services()[f"model-{index}"].pools["unified"].endpoints
+        if len(routed) != sum(ready):
+            raise SystemExit(f"change {change}: {len(routed)} endpoints routed, {sum(ready)} ready")
+        found.append({"wall": wall, "cpu": cpu, "lag": max(lags, default=0.0)})
+        # back to all ready, unmeasured, so the next change starts from the whole fleet
+        slices[index] = kept_slice(endpoint_slice(index, [True] * args.pods_per_service))
+        await discovery.refresh()
+    sampler.cancel()
+    return found
+
+
+def run(args: argparse.Namespace, source: Path | None) -> list[dict[str, float]]:
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
+    command = [sys.executable, __file__, "--worker", "--services", str(args.services),
+               "--pods-per-service", str(args.pods_per_service),
+               "--changes", str(args.changes)]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"worker failed:\n{done.stderr}")
+    return list(json.loads(done.stdout))
+
+
+def ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.1f}"
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        print(json.dumps(asyncio.run(measure(args))))
+        return
+    with tempfile.TemporaryDirectory(prefix="discovery-rebuild-") as work:
+        revisions: dict[str, Path | None] = {"this checkout": None}
+        if args.baseline:
+            revisions[f"@{args.baseline}"] = checkout(args.baseline, Path(work) / "baseline")
+        print(f"{args.services} services x {args.pods_per_service} endpoints, {args.changes} "
+              f"changes a round, {args.rounds} rounds; {os.cpu_count()} CPUs; {REPO}")  # fmt: skip
+        results: dict[str, list[dict[str, float]]] = {name: [] for name in revisions}
+        for round_ in range(args.rounds):
+            order = list(revisions.items())
+            for name, source in order[round_ % 2 :] + order[: round_ % 2]:
+                found = run(args, source)
+                results[name] += found
+                print(f"round {round_ + 1}: {name}: rebuild p50 {ms([f['wall'] for f in found])} "
+                      f"ms, CPU p50 {ms([f['cpu'] for f in found])} ms, loop lag p50 "
+                      f"{ms([f['lag'] for f in found])} ms, max "
+                      f"{max(f['lag'] for f in found) * 1000:.1f} ms")  # fmt: skip
+        print(f"\n{'revision':<22}{'rebuild p50 [ms]':>18}{'p90':>8}{'CPU p50 [ms]':>14}"
+              f"{'loop lag p50 [ms]':>19}{'lag max [ms]':>14}")  # fmt: skip
+        for name, found in results.items():
+            walls = sorted(f["wall"] for f in found)
+            print(f"{name:<22}{ms(walls):>18}{walls[int(len(walls) * 0.9)] * 1000:>8.1f}"
+                  f"{ms([f['cpu'] for f in found]):>14}{ms([f['lag'] for f in found]):>19}"
+                  f"{max(f['lag'] for f in found) * 1000:>14.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
