@@ -48,16 +48,16 @@ def test_a_render_in_small_pieces_of_text_is_the_plain_one(
 def test_the_render_sleeps_between_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no work allowed per slice, it pauses at every look at the clock: every
     `check_every` samples of a family as they are made (a labelled metric's own `collect()`
-    would make them all at once, 45-65 ms at 1,000 pools) or, for the per-pool series, after
-    each pool's samples; as they are rendered; and after each family."""
+    would make them all at once, 45-65 ms at 1,000 pools) and as they are rendered, and after
+    each family; the per-pool series (`PoolSeries.text`) after each pool in each family."""
     slept: list[float] = []
     monkeypatch.setattr(metrics_module.time, "sleep", slept.append)
     found = _fleet_metrics(50)
     families = list(found.registry.collect())
     per_pool = {family.name for family in PoolSeries().describe()}
-    made = sum(50 if f.name in per_pool else len(f.samples) // 16 for f in families)
-    looks = sum(len(f.samples) // 16 for f in families) + made + len(families)
-    assert looks > 2 * len(families)  # the large families pause while they are made
+    others = [f for f in families if f.name not in per_pool]
+    # the per-pool series: after each pool in each family, and once after their text
+    looks = sum(2 * (len(f.samples) // 16) + 1 for f in others) + len(per_pool) * 50 + 1
     found.exposition(Pace(work_seconds=0, pause_seconds=0.002, check_every=16))
     assert len(slept) == looks
     assert set(slept) == {0.002}

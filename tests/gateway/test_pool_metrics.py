@@ -11,6 +11,7 @@ import httpx
 import prometheus_client
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.utils import floatToGoString
 
 from llmfleet.gateway import pool_metrics
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
@@ -54,10 +55,11 @@ def test_the_series_are_prometheus_clients_for_the_same_observations(
     ours.register(series)
     ref = _reference(theirs)
     draw = random.Random(7)
-    values = [*pool_metrics.LATENCY_BUCKETS, *pool_metrics.ITL_BUCKETS, 0.0, 301.0, 1e9]
+    values = [*pool_metrics.LATENCY_BUCKETS, *pool_metrics.ITL_BUCKETS, 0.0, 301.0, 1e9, 2e6]
     for _ in range(3000):
+        # label values with what the text format escapes: \\, a newline, "
         labels = ("ns", f"svc-{draw.randrange(30)}", draw.choice(("unified", "decode")),
-                  "m", draw.choice(("", "abc")))  # fmt: skip
+                  draw.choice(("m", 'org\\m "q"\nx')), draw.choice(("", "abc")))  # fmt: skip
         pool = series.pool(labels)
         value = draw.choice(values) if draw.random() < 0.3 else draw.expovariate(2.0)
         match draw.randrange(9):
@@ -98,6 +100,8 @@ def test_the_series_are_prometheus_clients_for_the_same_observations(
     assert sorted(text.splitlines()) == sorted(reference.splitlines())
     assert _headers(text) == _headers(reference)
     assert text.count(b"_bucket{") > 30 * 2 * 3  # the comparison saw every family filled
+    # and the text /metrics writes straight from the figures (`PoolSeries.text`) is that text
+    assert series.text(lambda: None, 1) == text
 
 
 def _headers(text: bytes) -> list[bytes]:
@@ -166,3 +170,11 @@ def test_metrics_by_name_answers_only_those_families() -> None:
         "llmfleet_gateway_discovered_services",
         "llmfleet_gateway_requests_total",
     ]
+
+
+@pytest.mark.parametrize(
+    "value", [0.0, -0.0, 1.0, -3.0, 999999.0, 1e6, 1234567.0, 1e16, -1e16, 0.25, 1e-7, 2e6 + 0.5,
+              float("inf"), float("nan")],
+)  # fmt: skip
+def test_a_value_is_written_as_prometheus_client_writes_it(value: float) -> None:
+    assert pool_metrics._go(value) == floatToGoString(value)  # type: ignore[no-untyped-call]

@@ -172,9 +172,10 @@ def prepare_pools(source: Discovery, forwarder: Forwarder, table: EndpointTable)
     traffic reached pool after pool (bench/gateway_fleet_scale.py). Pools discovered later get
     theirs at their first request, as before.
 
-    The pool's metric children are not made here: its series would then exist from start-up,
-    ~45 per pool whether or not it ever serves (45,000 at 1,000 pools, a ~2 s paced render of
-    /metrics), a cost that would grow with the fleet rather than with its traffic."""
+    The pool's series are not made here: they would then exist from start-up, ~45 per pool
+    whether or not it ever serves (45,000 at 1,000 pools in every /metrics read), a cost that
+    would grow with the fleet rather than with its traffic; they are two tracked objects a pool
+    (`pool_metrics`), so made by first requests they cost full collections little."""
     pools = 0
     for service in source.services().values():
         revisions = [service] if service.canary is None else [service, service.canary.service]

@@ -267,11 +267,12 @@ class DiscoveredCollector:
 @dataclass(frozen=True)
 class Pace:
     """Render /metrics `work_seconds` at a time with `pause_seconds` of sleep between: at 1,000
-    pools the exposition is ~50,000 series and ~0.4 s of CPU (bench/gateway_fleet_scale.py). In
-    a thread it shares the GIL with the event loop, which under load then got half of it and
-    fell behind by 100-250 ms; paced, the render thread holds the GIL a millisecond at a time
-    and leaves the loop three quarters of it (the render takes four times as long: ~2 s at
-    1,000 pools, far inside Prometheus's scrape timeout)."""
+    pools the exposition is ~56,000 series, ~0.4 s of CPU through prometheus_client's samples
+    (bench/gateway_fleet_scale.py), ~30 ms since the per-pool series write their own text
+    (`PoolSeries.text`). In a thread it shares the GIL with the event loop, which under load
+    then got half of it and fell behind by 100-250 ms; paced, the render thread holds the GIL a
+    millisecond at a time and leaves the loop three quarters of it (the render takes four times
+    as long as its CPU)."""
 
     work_seconds: float = 0.001
     pause_seconds: float = 0.003
@@ -309,6 +310,10 @@ class _Paced:
         self._slice_ends = time.perf_counter() + self._pace.work_seconds
         pieces = []
         for family in self._families():
+            if isinstance(family, bytes):  # text made by its collector (`PoolSeries.text`)
+                pieces.append(family)
+                self.pause_if_due()
+                continue
             samples = family.samples
             size = max(len(samples), 1) if _late_suffixes(family) else self._pace.text_samples
             for start in range(0, max(len(samples), 1), size):
@@ -327,10 +332,8 @@ class _Paced:
             return
         for collector in list(collectors):
             if isinstance(collector, PoolSeries):
-                # its pools' samples made with pauses (~18 a pool in a histogram family)
-                yield from collector.collect_paced(
-                    self.pause_if_due, max(1, self.check_every // 16)
-                )
+                # its text, made with pauses (~18 lines a pool in a histogram family)
+                yield collector.text(self.pause_if_due, max(1, self.check_every // 16))
             elif isinstance(collector, MetricWrapperBase) and hasattr(collector, "_get_metric"):
                 yield self._family(collector)
             else:
