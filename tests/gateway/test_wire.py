@@ -352,3 +352,62 @@ def test_an_idle_kept_connection_holds_no_parser_and_targets_are_not_tracked() -
             await client.aclose()
 
     asyncio.run(run())
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+class _Idle:
+    """An idle connection as the pool sees it."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_sweep_looks_at_what_expired_not_at_every_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """2,000 engines asked once, then one engine asked every 0.1 s: each release looks at the
+    engines whose releases aged past the keep-alive, not at all 2,000 (a walk of every engine
+    every half keep-alive was a 3-4 ms step of the loop at 10,000 engines); each of the 2,000
+    is closed once its keep-alive has passed, the busy one is kept."""
+    client = WireUpstream(LoopbackGuard(True), connect_timeout=2, keepalive_seconds=3)
+    clock = _Clock()
+    client._loop = clock  # type: ignore[assignment]
+    looked: list[tuple[str, int]] = []
+    expire = client._expire
+
+    def counting(idle: object, now: float) -> None:
+        looked.append(next((k for k, v in client._idle.items() if v is idle), ("?", 0)))
+        expire(idle, now)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(client, "_expire", counting)
+    once = [_Idle() for _ in range(2000)]
+    for index, connection in enumerate(once):
+        client.release((f"10.0.{index // 250}.{index % 250}", 8000), connection)  # type: ignore[arg-type]
+    busy = _Idle()
+    swept_at = []
+    for step in range(60):  # 6 s, twice the keep-alive
+        clock.now = 0.1 * (step + 1)
+        looked.clear()
+        client.release(("10.9.9.9", 8000), busy)  # type: ignore[arg-type]
+        # its own engine's queue, then those of the releases that aged past the keep-alive:
+        # none before 3 s, the 2,000 once, then the busy engine's release of 3 s before
+        if len(looked) > 2:
+            swept_at.append(round(clock.now, 1))
+            assert len(looked) == 2001
+        else:
+            assert len(looked) == (1 if clock.now < 3 else 2)
+        client._idle[("10.9.9.9", 8000)].pop()  # taken again by the next request
+    assert swept_at == [3.0]
+    assert all(connection.closed for connection in once)
+    assert not busy.closed
+    assert set(client._idle) == {("10.9.9.9", 8000)}

@@ -325,9 +325,10 @@ class WireUpstream:
         self._keepalive = keepalive_seconds
         self._targets: dict[str, _Target] = {}
         self._idle: dict[tuple[str, int], collections.deque[tuple[float, _Connection]]] = {}
+        self._released: collections.deque[tuple[float, tuple[str, int]]] = collections.deque()
+        """Every release's time and engine, oldest first: what `_sweep` looks at."""
         self._open: set[_Connection] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._swept = 0.0
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -383,8 +384,8 @@ class WireUpstream:
         now = self.loop.time()
         self._expire(idle, now)
         idle.append((now, connection))
-        if now - self._swept >= self._keepalive / 2:
-            self._sweep(now)
+        self._released.append((now, key))
+        self._sweep(now)
 
     def _expire(self, idle: collections.deque[tuple[float, _Connection]], now: float) -> None:
         while idle and (idle[0][1].closed or now - idle[0][0] >= self._keepalive):
@@ -396,14 +397,18 @@ class WireUpstream:
         """Close the idle connections past `keepalive_seconds` of every engine, not only of
         those asked again: with thousands of engines each asked once in a while (the scraper
         over an idle fleet), a connection per engine would otherwise stay open for good.
-        Done every half `keepalive_seconds`, so what is kept is what the last keep-alive
-        period used."""
-        self._swept = now
-        for key in list(self._idle):
-            idle = self._idle[key]
-            self._expire(idle, now)
-            if not idle:
-                del self._idle[key]
+        Done on every release, for the engines whose releases have aged past the keep-alive
+        (`_released`, oldest first): its cost is what expired, not the engines known. A sweep
+        of every engine every half keep-alive was a 3-4 ms step of the event loop every 1.5 s
+        at 10,000 engines (the scraper's keep-alive is 3 s), and its closes came in a burst."""
+        released = self._released
+        while released and now - released[0][0] >= self._keepalive:
+            key = released.popleft()[1]
+            idle = self._idle.get(key)
+            if idle is not None:
+                self._expire(idle, now)
+                if not idle:
+                    del self._idle[key]
 
     def forget(self, connection: _Connection) -> None:
         self._open.discard(connection)
@@ -473,3 +478,4 @@ class WireUpstream:
             connection.close()
         self._open.clear()
         self._idle.clear()
+        self._released.clear()
