@@ -164,10 +164,10 @@ class PoolSeries:
         return found
 
     def describe(self) -> list[Metric]:
-        return list(self._families([], lambda: None, 1))
+        return list(self._families([]))
 
     def collect(self) -> Iterator[Metric]:
-        return self._families(list(self._pools.values()), lambda: None, 1 << 30)
+        return self._families(list(self._pools.values()))
 
     def text(self, pause_if_due: Pause, every: int) -> bytes:
         """`generate_latest` of this collector, byte for byte, written straight from the
@@ -220,31 +220,24 @@ class PoolSeries:
             out.append(f"{name}{{{pool._head},{pool._tail}}} {_go(pool._figures[_IN_FLIGHT])}\n")
         return "".join(out).encode()
 
-    def _families(
-        self, pools: list[PoolMetrics], pause_if_due: Pause, every: int
-    ) -> Iterator[Metric]:
+    def _families(self, pools: list[PoolMetrics]) -> Iterator[Metric]:
         # The families, in order and sample for sample, that prometheus_client's metrics
-        # registered in this order would give (a family's series ordered by pool).
-        def paced() -> Iterator[PoolMetrics]:
-            for index, pool in enumerate(pools):
-                yield pool
-                if index % every == every - 1:
-                    pause_if_due()
-
+        # registered in this order would give (a family's series ordered by pool). Unpaced:
+        # the paced /metrics goes through `text`.
         requests = CounterMetricFamily(*_REQUESTS, labels=(*LABELS, "outcome"))
-        for pool in paced():
+        for pool in pools:
             for outcome, count in list(pool._outcomes.items()):
                 requests.add_metric((*pool.labels, outcome), count)
         yield requests
         for histogram in (_E2E, _TTFT, _ITL):
-            yield _histogram_family(histogram, paced())
+            yield _histogram_family(histogram, pools)
         for position, name, help in _COUNTERS:
             counter = CounterMetricFamily(name, help, labels=LABELS)
-            for pool in paced():
+            for pool in pools:
                 counter.add_metric(pool.labels, pool._figures[position])
             yield counter
         in_flight = GaugeMetricFamily(*_IN_FLIGHT_FAMILY, labels=LABELS)
-        for pool in paced():
+        for pool in pools:
             in_flight.add_metric(pool.labels, pool._figures[_IN_FLIGHT])
         yield in_flight
 
@@ -274,7 +267,7 @@ _LE: dict[float, str] = {
 """The `le` label of each bucket bound, as prometheus_client writes it."""
 
 
-def _histogram_family(histogram: _Histogram, pools: Iterator[PoolMetrics]) -> HistogramMetricFamily:
+def _histogram_family(histogram: _Histogram, pools: list[PoolMetrics]) -> HistogramMetricFamily:
     family = HistogramMetricFamily(histogram.name, histogram.help, labels=LABELS)
     les = [_LE[bound] for bound in histogram.bounds]
     start, end = histogram.offset, histogram.end - 1
