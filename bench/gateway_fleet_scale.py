@@ -18,7 +18,10 @@ beside a baseline commit's gateway in the same run:
   services drawn Zipf-like: `_fleet_load.requests_for`) through each gateway in turn, the order
   rotating per round; the gateways not under load meanwhile idle (no traffic: nothing scraped);
 - each figure comes from the gateway's own /metrics, read before and after its phase: the
-  largest event-loop lag (bucket bound) and the samples later than 5 ms; the full (generation 2)
+  largest event-loop lag (bucket bound) and the samples later than 5 ms, the same of its own
+  lag (each sample less the time the loop's thread waited for a CPU meanwhile, as the kernel
+  counts it: on two cores the load generator and the engine compete with the gateway; "-" for a
+  gateway without that histogram) and that wait in all; the full (generation 2)
   collections, their largest pause (bucket bound) and those longer than 5 ms; its CPU; engine
   scrapes per second; heap freezes after long collections (`gc_refreezes`, where the gateway
   has them). Every `--metrics-every` seconds (15) during the phase the gateway's /metrics is read,
@@ -135,10 +138,14 @@ class Phase:
     full: tuple[dict[float, float], dict[float, float]]
     """The full (generation 2) collections' pause histogram's, as `lag`."""
     refreezes: float | None
+    own: tuple[dict[float, float], dict[float, float]]
+    """The own loop-lag histogram's (lag less the wait for a CPU), as `lag`."""
+    cpu_wait: float | None
+    """Seconds the loop's thread waited for a CPU during the phase."""
 
     def slow(self, which: str) -> tuple[float, float]:
-        """(samples, samples above SLOW_SECONDS) of `which` ("lag" or "full") in the phase."""
-        before, after = self.lag if which == "lag" else self.full
+        """(samples, samples above SLOW_SECONDS) of `which` ("lag", "own" or "full")."""
+        before, after = {"lag": self.lag, "own": self.own, "full": self.full}[which]
         inf = float("inf")
         total = after.get(inf, 0.0) - before.get(inf, 0.0)
         return total, total - (after.get(SLOW_SECONDS, 0.0) - before.get(SLOW_SECONDS, 0.0))
@@ -154,12 +161,15 @@ def _counter(text: str, name: str) -> float | None:
 LAG_PREFIX = f"{LAG}_bucket{{"
 FULL_PREFIX = f'{GC_PAUSE}_bucket{{generation="2",'
 REFREEZES = "llmfleet_gateway_gc_refreezes_total"
+OWN_PREFIX = "llmfleet_gateway_event_loop_own_lag_seconds_bucket{"
+CPU_WAIT = "llmfleet_gateway_event_loop_cpu_wait_seconds_total"
 
 
 def measure(gateway: Gateway, models: list[str], args: argparse.Namespace) -> Phase:
     text = gateway.metrics()
     lag, full = buckets(gateway, LAG_PREFIX, text), buckets(gateway, FULL_PREFIX, text)
     frozen = _counter(text, REFREEZES)
+    own, waited = buckets(gateway, OWN_PREFIX, text), _counter(text, CPU_WAIT)
     done = threading.Event()
     scraping = threading.Thread(target=_scrape, args=(gateway, args.metrics_every, done))
     scraping.start()
@@ -169,12 +179,14 @@ def measure(gateway: Gateway, models: list[str], args: argparse.Namespace) -> Ph
         done.set()
         scraping.join()
     text = gateway.metrics()
-    after = _counter(text, REFREEZES)
+    after, waited_after = _counter(text, REFREEZES), _counter(text, CPU_WAIT)
     return Phase(
         seen,
         (lag, buckets(gateway, LAG_PREFIX, text)),
         (full, buckets(gateway, FULL_PREFIX, text)),
         None if after is None or frozen is None else after - frozen,
+        (own, buckets(gateway, OWN_PREFIX, text)),
+        None if waited is None or waited_after is None else waited_after - waited,
     )
 
 
@@ -192,12 +204,16 @@ def _scrape(gateway: Gateway, every: float, done: threading.Event) -> None:
 def row(phase: Phase) -> list[str]:
     seen = phase.seen
     lag_samples, slow_lag = phase.slow("lag")
+    own_samples, slow_own = phase.slow("own")
     collections, slow_full = phase.slow("full")
     return [
         seen.sent(),
         seen.latency_ms(),
         lag_largest(*phase.lag),
         f"{slow_lag:.0f} of {lag_samples:.0f}",
+        lag_largest(*phase.own),
+        f"{slow_own:.0f} of {own_samples:.0f}" if own_samples else "-",
+        "-" if phase.cpu_wait is None else f"{phase.cpu_wait * 1000:.0f}",
         f"{collections:.0f}",
         lag_largest(*phase.full),
         f"{slow_full:.0f}",
@@ -207,7 +223,8 @@ def row(phase: Phase) -> list[str]:
     ]
 
 
-COLUMNS = ["sent", "p50 / p99 [ms]", "lag max <= [ms]", "lag > 5 ms", "full GCs",
+COLUMNS = ["sent", "p50 / p99 [ms]", "lag max <= [ms]", "lag > 5 ms", "own lag max <= [ms]",
+           "own lag > 5 ms", "CPU wait [ms]", "full GCs",
            "GC max <= [ms]", "GC > 5 ms", "CPU [s]", "scrapes/s", "refreezes"]  # fmt: skip
 
 
@@ -262,21 +279,22 @@ def main() -> None:
 def report(results: dict[tuple[str, str], list[Phase]],
            fleets: dict[str, tuple[int, list[str]]], args: argparse.Namespace) -> None:  # fmt: skip
     print(f"\nEach round's figures, then their medians ({args.rounds} rounds)")
-    print(f"{'gateway, services':32}" + "".join(f"{c:>18}" for c in COLUMNS))
+    print(f"{'gateway, services':32}" + "".join(f"{c:>21}" for c in COLUMNS))
     for (name, fleet), phases in results.items():
         label = f"{name}, {fleets[fleet][0]}"
         for index, phase in enumerate(phases):
-            print(f"{label + f' r{index + 1}':32}" + "".join(f"{v:>18}" for v in row(phase)))
-    print(f"\n{'medians':32}{'p50 / p99 [ms]':>18}{'lag > 5 ms':>18}{'GC > 5 ms':>18}"
-          f"{'CPU [s]':>18}")  # fmt: skip
+            print(f"{label + f' r{index + 1}':32}" + "".join(f"{v:>21}" for v in row(phase)))
+    print(f"\n{'medians':32}{'p50 / p99 [ms]':>18}{'lag > 5 ms':>18}{'own lag > 5 ms':>18}"
+          f"{'GC > 5 ms':>18}{'CPU [s]':>18}")  # fmt: skip
     for (name, fleet), phases in results.items():
         p50 = statistics.median(_quantile(p.seen.load.latencies, 0.5) for p in phases)
         p99 = statistics.median(_quantile(p.seen.load.latencies, 0.99) for p in phases)
         slow = statistics.median(p.slow("lag")[1] / max(p.slow("lag")[0], 1) for p in phases)
+        own = statistics.median(p.slow("own")[1] / max(p.slow("own")[0], 1) for p in phases)
         full = statistics.median(p.slow("full")[1] for p in phases)
         cpu = statistics.median(p.seen.cpu_seconds[0] for p in phases)
         print(f"{name + ', ' + str(fleets[fleet][0]):32}{f'{p50:.1f} / {p99:.0f}':>18}"
-              f"{slow:>18.2%}{full:>18.0f}{cpu:>18.1f}")  # fmt: skip
+              f"{slow:>18.2%}{own:>18.2%}{full:>18.0f}{cpu:>18.1f}")  # fmt: skip
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -280,7 +280,13 @@ def create_app(
         scraping = asyncio.create_task(scraper.forever())
         freezing = _freeze(settings, source, refreezer, forwarder=forwarder, table=table)
         pauses.start()
-        lag = LoopLag.started(metrics.loop_lag, metrics.loop_lag_max)
+        lag = LoopLag.started(
+            metrics.loop_lag,
+            metrics.loop_lag_max,
+            own=metrics.loop_own_lag,
+            own_largest=metrics.loop_own_lag_max,
+            cpu_wait=metrics.loop_cpu_wait,
+        )
         reloading = (
             asyncio.create_task(reloader.forever(settings.api_keys_reload_seconds))
             if reloader is not None and settings.api_keys_reload_seconds > 0

@@ -31,7 +31,9 @@ a full collection that took at least `refreeze_after_pause_seconds` left alive: 
 has just removed the garbage, so little is frozen but live state, and the pauses after it walk
 only what came since.
 What is frozen and dies later is freed by reference counting; only what is then cyclic garbage
-stays, at most the few requests in flight at the freeze. Freezes come from growth (each needs
+stays, at most the few requests in flight at the freeze, and a request leaves none
+(tests/gateway/test_gc_pauses.py counts it: the request path is kept free of reference cycles,
+so that traffic alone brings no full collection). Freezes come from growth (each needs
 another long collection, so another such heap of new objects) and are capped at
 `REFREEZES_PER_HOUR`, so a heap that keeps churning cannot turn them into a leak.
 

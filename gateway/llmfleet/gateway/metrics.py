@@ -90,6 +90,25 @@ class GatewayMetrics:
             "The largest event-loop lag sampled since the gateway started.",
             registry=r,
         )
+        self.loop_own_lag = Histogram(
+            "llmfleet_gateway_event_loop_own_lag_seconds",
+            "Each event-loop lag sample less the time the loop's thread waited for a CPU "
+            "since the previous sample: a lower bound of the lag the gateway's own work made "
+            "(`loop_lag`).",
+            buckets=_LOOP_LAG_BUCKETS,
+            registry=r,
+        )
+        self.loop_own_lag_max = Gauge(
+            "llmfleet_gateway_event_loop_own_lag_max_seconds",
+            "The largest own event-loop lag sampled since the gateway started.",
+            registry=r,
+        )
+        self.loop_cpu_wait = Counter(
+            "llmfleet_gateway_event_loop_cpu_wait_seconds",
+            "Time the event loop's thread was ready to run but waited for a CPU (the kernel's "
+            "run-queue wait): lag from busy cores, not from the gateway's work.",
+            registry=r,
+        )
         self.nonlocal_refused = Counter(
             "llmfleet_gateway_nonlocal_refused",
             "Connections refused before connecting because the destination is outside "
