@@ -27,7 +27,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from _gateways import Replica, gc_buckets, lag_buckets, lag_largest, p50_p99_ms
+from _gateways import (
+    Replica,
+    cpu_wait_ms,
+    gc_buckets,
+    lag_buckets,
+    lag_largest,
+    own_lag_buckets,
+    p50_p99_ms,
+)
 from _load import LEAD_IN, OpenLoop, Request, arrivals, open_loop
 
 from llmfleet.core.cluster.local import POD_NETWORK
@@ -103,6 +111,10 @@ class UnderLoad:
     rate: float
     seconds: float
     lag_max_ms: list[str]
+    own_lag_max_ms: list[str]
+    """The same less the loop thread's wait for a CPU (`loop_lag`), as `lag_max_ms`."""
+    cpu_wait_ms: list[str]
+    """How long each loop's thread waited for a CPU during the load."""
     gc_max_ms: list[str]
     """The longest full garbage collection, as `lag_max_ms` ("-": none ran)."""
     cpu_seconds: list[float]
@@ -124,6 +136,8 @@ def under_load(replicas: list[Replica], models: list[str], rate: float,
     texts = [replica.metrics() for replica in replicas]
     before = [lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
     gc_before = [gc_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
+    own_before = [own_lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
+    texts_before = texts
     scraped = [_scrapes(t) for t in texts]
     cpu = [replica.cpu_seconds() for replica in replicas]
     schedule = arrivals(rate, seconds, seed=3)
@@ -135,6 +149,9 @@ def under_load(replicas: list[Replica], models: list[str], rate: float,
         load=load, rate=rate, seconds=seconds,
         lag_max_ms=[lag_largest(before[i], lag_buckets(r, texts[i]))
                     for i, r in enumerate(replicas)],
+        own_lag_max_ms=[lag_largest(own_before[i], own_lag_buckets(r, texts[i]))
+                        for i, r in enumerate(replicas)],
+        cpu_wait_ms=[cpu_wait_ms(texts_before[i], texts[i]) for i in range(len(replicas))],
         gc_max_ms=[lag_largest(gc_before[i], gc_buckets(r, texts[i]))
                    for i, r in enumerate(replicas)],
         cpu_seconds=spent,

@@ -94,10 +94,7 @@ class Replica:
 
     def value(self, name: str, text: str | None = None) -> float | None:
         """The sample `name` (with its labels, as exposed) of /metrics; None when absent."""
-        for line in (self.metrics() if text is None else text).splitlines():
-            if line.startswith(name + " "):
-                return float(line.rsplit(" ", 1)[1])
-        return None
+        return sample(self.metrics() if text is None else text, name)
 
     def endpoints(self) -> float | None:
         """What it routes to: one family read, whatever the size of its /metrics (at 1,000
@@ -233,6 +230,31 @@ GC_PAUSE = "llmfleet_gateway_gc_pause_seconds"
 def lag_buckets(replica: Replica, text: str | None = None) -> dict[float, float]:
     """The loop-lag histogram's cumulative buckets now (upper bound -> samples)."""
     return buckets(replica, f"{LAG}_bucket{{", text)
+
+
+OWN_LAG = "llmfleet_gateway_event_loop_own_lag_seconds"
+CPU_WAIT = "llmfleet_gateway_event_loop_cpu_wait_seconds_total"
+
+
+def own_lag_buckets(replica: Replica, text: str | None = None) -> dict[float, float]:
+    """The own loop-lag histogram's (each sample less the loop thread's wait for a CPU), as
+    `lag_buckets`; empty for a gateway without it."""
+    return buckets(replica, f"{OWN_LAG}_bucket{{", text)
+
+
+def sample(text: str, name: str) -> float | None:
+    """The sample `name` (with its labels, as exposed) of a /metrics `text`; None when absent."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def cpu_wait_ms(before: str, after: str) -> str:
+    """How long the loop's thread waited for a CPU between two /metrics texts [ms] ("-": a
+    gateway without the counter)."""
+    first, last = sample(before, CPU_WAIT), sample(after, CPU_WAIT)
+    return "-" if first is None or last is None else f"{(last - first) * 1000:.0f}"
 
 
 def gc_buckets(replica: Replica, text: str | None = None) -> dict[float, float]:

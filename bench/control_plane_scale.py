@@ -66,8 +66,10 @@ from _gateways import (
     Replica,
     change_latencies,
     cpu_seconds,
+    cpu_wait_ms,
     lag_buckets,
     lag_largest,
+    own_lag_buckets,
     p50_p99_ms,
     peak_rss_mib,
     wait_discovered,
@@ -352,7 +354,9 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         rates = idle_window(kubeconfig, replicas, args, rows=rows, label=label)
         if args.changes:
             print(f"{args.changes} replica changes, one at a time ...", flush=True)
-            before = [lag_buckets(r) for r in replicas]
+            texts = [r.metrics() for r in replicas]
+            before = [lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
+            own_before = [own_lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
             found = change_latencies(kubeconfig, namespace, replicas, services=args.services,
                                      pods_per_service=args.pods_per_service,
                                      changes=args.changes)  # fmt: skip
@@ -361,9 +365,21 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
                      ("gateway after the EndpointSlices", found.after_slices))  # fmt: skip
             for name, values in links:
                 figure(rows, f"change -> {name}: p50 / p99 [ms]", label, p50_p99_ms(values))
-            during = [lag_largest(before[i], lag_buckets(r)) for i, r in enumerate(replicas)]
+            after = [r.metrics() for r in replicas]
+            during = [lag_largest(before[i], lag_buckets(r, after[i]))
+                      for i, r in enumerate(replicas)]  # fmt: skip
             figure(rows, "gateways: event-loop lag during the changes, max <= [ms]", label,
                    each(during))  # fmt: skip
+            own = [lag_largest(own_before[i], own_lag_buckets(r, after[i]))
+                   for i, r in enumerate(replicas)]  # fmt: skip
+            figure(rows, "gateways: the same less CPU wait (own lag), max <= [ms]", label,
+                   each(own))  # fmt: skip
+            figure(
+                rows,
+                "gateways: loop thread waited for a CPU meanwhile [ms]",
+                label,
+                each(cpu_wait_ms(texts[i], after[i]) for i in range(len(replicas))),
+            )
         # After the changes: the load gives every service its own series, and the changes'
         # polls read each gateway's /metrics, megabytes once they exist.
         if args.load_rate > 0:
@@ -445,6 +461,10 @@ def loaded(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, 
             figure(rows, f"{where}: sent", label, seen.sent())
             figure(rows, f"{where}: latency p50 / p99 [ms]", label, seen.latency_ms())
             figure(rows, f"{where}: event-loop lag max <= [ms]", label, each(seen.lag_max_ms))
+            figure(rows, f"{where}: own event-loop lag max <= [ms]", label,
+                   each(seen.own_lag_max_ms))  # fmt: skip
+            figure(rows, f"{where}: loop thread waited for a CPU [ms]", label,
+                   each(seen.cpu_wait_ms))  # fmt: skip
             figure(rows, f"{where}: full GC pause max <= [ms]", label, each(seen.gc_max_ms))
             figure(rows, f"{where}: gateway CPU [s]", label,
                    each(f"{value:.1f}" for value in seen.cpu_seconds))  # fmt: skip

@@ -290,11 +290,12 @@ def report(results: dict[tuple[str, str], list[Phase]],
         p50 = statistics.median(_quantile(p.seen.load.latencies, 0.5) for p in phases)
         p99 = statistics.median(_quantile(p.seen.load.latencies, 0.99) for p in phases)
         slow = statistics.median(p.slow("lag")[1] / max(p.slow("lag")[0], 1) for p in phases)
-        own = statistics.median(p.slow("own")[1] / max(p.slow("own")[0], 1) for p in phases)
+        owned = [p.slow("own") for p in phases if p.slow("own")[0]]  # none: no such histogram
+        own = f"{statistics.median(n / total for total, n in owned):.2%}" if owned else "-"
         full = statistics.median(p.slow("full")[1] for p in phases)
         cpu = statistics.median(p.seen.cpu_seconds[0] for p in phases)
         print(f"{name + ', ' + str(fleets[fleet][0]):32}{f'{p50:.1f} / {p99:.0f}':>18}"
-              f"{slow:>18.2%}{own:>18.2%}{full:>18.0f}{cpu:>18.1f}")  # fmt: skip
+              f"{slow:>18.2%}{own:>18}{full:>18.0f}{cpu:>18.1f}")  # fmt: skip
 
 
 def _quantile(values: list[float], q: float) -> float:

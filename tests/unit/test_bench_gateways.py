@@ -45,3 +45,18 @@ def test_the_largest_between_two_reads(
           gateways.gc_buckets(replica, _text({}, after)))  # fmt: skip
     assert gateways.lag_largest(*lag) == largest
     assert gateways.lag_largest(*gc) == largest  # generation 2 only: 0 and 1 are left out
+
+
+def test_own_lag_and_cpu_wait_between_two_reads() -> None:
+    """The own-lag histogram is read like the lag's; a gateway without it gives "-"."""
+    replica = object()
+    before = 'llmfleet_gateway_event_loop_own_lag_seconds_bucket{le="0.005"} 2.0\n'
+    before += 'llmfleet_gateway_event_loop_own_lag_seconds_bucket{le="+Inf"} 2.0\n'
+    before += "llmfleet_gateway_event_loop_cpu_wait_seconds_total 1.25\n"
+    after = before.replace("} 2.0", "} 5.0").replace("1.25", "1.5")
+    own = (gateways.own_lag_buckets(replica, before), gateways.own_lag_buckets(replica, after))
+    assert gateways.lag_largest(*own) == "5"
+    assert gateways.cpu_wait_ms(before, after) == "250"
+    old = _text({"0.005": 1, "+Inf": 1}, {})  # a gateway from before the split
+    assert gateways.lag_largest(gateways.own_lag_buckets(replica, old), {}) == "-"
+    assert gateways.cpu_wait_ms(old, old) == "-"
