@@ -90,9 +90,10 @@ def test_the_series_are_prometheus_clients_for_the_same_observations(
                 pool.add_in_flight(change)
                 ref["in_flight"].labels(*labels).inc(change)  # type: ignore[attr-defined]
     # prometheus_client makes a labelled metric's children when first asked for them: make
-    # every pool's, as a pool here has all its series from its first request
+    # every pool's counters and gauge, as a pool here has them from its first request (its
+    # histograms come with their first observation, as the reference's children above)
     for labels in series._pools:
-        for key in ("e2e", "ttft", "itl", "retries", "ejections", "rejected", "in_flight"):
+        for key in ("retries", "ejections", "rejected", "in_flight"):
             ref[key].labels(*labels)  # type: ignore[attr-defined]
     text, reference = generate_latest(ours), generate_latest(theirs)
     # the same lines; the same families in the same order (series within a family may come
@@ -178,3 +179,74 @@ def test_metrics_by_name_answers_only_those_families() -> None:
 )  # fmt: skip
 def test_a_value_is_written_as_prometheus_client_writes_it(value: float) -> None:
     assert pool_metrics._go(value) == floatToGoString(value)  # type: ignore[no-untyped-call]
+
+
+def test_forget_keeps_a_pool_with_a_request_in_flight() -> None:
+    series = PoolSeries()
+    gone, busy, kept = (("ns", name, "unified", name, "") for name in ("gone", "busy", "kept"))
+    series.pool(gone).count_outcome("ok")
+    series.pool(busy).add_in_flight(1)
+    series.pool(kept).count_outcome("ok")
+    assert series.forget(lambda labels: labels[1] != "kept") == 1
+    text = series.text(lambda: None, 100).decode()
+    assert 'service="gone"' not in text
+    assert 'service="busy"' in text  # its request still counts when it ends
+    series.pool(busy).add_in_flight(-1)
+    assert series.forget(lambda labels: labels[1] != "kept") == 1
+    assert 'service="busy"' not in series.text(lambda: None, 100).decode()
+    assert 'service="kept"' in series.text(lambda: None, 100).decode()
+
+
+class _Swapped(StaticDiscovery):
+    """A static discovery whose snapshot the test replaces (a new object, as discovery's)."""
+
+    def swap(self, services: dict[str, Service]) -> None:
+        self._services = dict(services)
+
+
+def test_a_deleted_services_series_end_at_the_next_metrics_read() -> None:
+    with ThreadServer(StandIn("engine").app()) as engine:
+        pool = Pool("unified", (engine.url,))
+        services = {name: Service(name, "ns", f"svc-{name}", {"unified": pool})
+                    for name in ("a", "b")}  # fmt: skip
+        discovery = _Swapped(services)
+        with gateway(discovery) as server, httpx.Client(timeout=10) as client:
+            for model in ("a", "b"):
+                answer = client.post(f"{server.url}/v1/chat/completions", json={
+                    "model": model, "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+                assert answer.status_code == 200, answer.text
+            text = client.get(f"{server.url}/metrics").text
+            assert 'service="svc-a"' in text
+            assert 'service="svc-b"' in text
+            discovery.swap({"b": services["b"]})
+            text = client.get(f"{server.url}/metrics").text
+            assert 'service="svc-a"' not in text
+            assert 'llmfleet_gateway_requests_total{model="b",namespace="ns",outcome="ok"' in text
+            again = client.get(f"{server.url}/metrics").text  # an unchanged snapshot: as it was
+            assert 'service="svc-b"' in again
+
+
+def test_a_histogram_is_written_from_its_first_observation() -> None:
+    """A pool that never streams has no time-to-first-token or inter-token series."""
+    series = PoolSeries()
+    whole, streamed = (series.pool(("ns", name, "unified", name, "")) for name in ("w", "s"))
+    whole.observe_e2e(0.2)
+    streamed.observe_e2e(0.3)
+    streamed.observe_ttft(0.1)
+    streamed.observe_itl(0.01)
+    text = series.text(lambda: None, 1).decode()
+    assert text == generate_latest_of(series)
+    ttft = "llmfleet_gateway_time_to_first_token_seconds_count"
+    itl = "llmfleet_gateway_inter_token_latency_seconds_count"
+    assert f'{ttft}{{model="s",' in text
+    assert f'{itl}{{model="s",' in text
+    assert f'{ttft}{{model="w",' not in text
+    assert f'{itl}{{model="w",' not in text
+    assert 'llmfleet_gateway_request_duration_seconds_count{model="w",' in text
+    assert 'llmfleet_gateway_retries_total{model="w",' in text  # counters from the start
+
+
+def generate_latest_of(series: PoolSeries) -> str:
+    registry = CollectorRegistry()
+    registry.register(series)
+    return generate_latest(registry).decode()

@@ -410,6 +410,7 @@ def _metrics_route(app: FastAPI, metrics: GatewayMetrics) -> None:
         # (`gc_pauses.collector_paused`).
         # ?name[]=... (as prometheus_client's own handler): only those families.
         names = request.query_params.getlist("name[]")
+        metrics.forget_gone_pools()  # a deleted service's series end here
         body = await asyncio.to_thread(_exposition, metrics, names)
         return Response(body, media_type="text/plain; version=0.0.4")
 

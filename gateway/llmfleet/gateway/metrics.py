@@ -35,6 +35,8 @@ class GatewayMetrics:
         r = self.registry
         if discovered is not None:
             r.register(DiscoveredCollector(discovered))
+        self._discovered = discovered
+        self._pruned_against: Mapping[str, Any] | None = None
         # requests by outcome, latency histograms, retries, ejections, 429s, in flight
         self._pools = PoolSeries()
         r.register(self._pools)
@@ -144,6 +146,24 @@ class GatewayMetrics:
     def pool(self, labels: Labels) -> PoolMetrics:
         """One pool's series (`pool_metrics`), made by its first request."""
         return self._pools.pool(labels)
+
+    def forget_gone_pools(self) -> int:
+        """Drop the series of pools whose service discovery no longer has (and that have no
+        request in flight); returns how many. On the event loop, where requests make pools;
+        the work is done once per discovery snapshot (an unchanged one is the same object), so
+        a read of /metrics between changes costs nothing here. A service that comes back starts
+        its counters again from zero, which Prometheus reads as a reset."""
+        if self._discovered is None:
+            return 0
+        try:
+            services = self._discovered()
+        except Exception:  # /metrics answers whatever discovery does (`DiscoveredCollector`)
+            return 0
+        if services is self._pruned_against:
+            return 0
+        self._pruned_against = services
+        live = {(service.namespace, service.name) for service in services.values()}
+        return self._pools.forget(lambda labels: (labels[0], labels[1]) not in live)
 
     def overhead(self, route: str, phase: str) -> Any:
         """The overhead histogram's child for one route and phase (looked up once)."""

@@ -152,7 +152,12 @@ Pause = Callable[[], None]
 
 
 class PoolSeries:
-    """A registry collector of every pool's series; pools appear with their first request."""
+    """A registry collector of every pool's series; pools appear with their first request.
+    A pool's counters and in-flight gauge are written from then on, each of its histograms
+    from its first observation: a pool that never streams has no time-to-first-token or
+    inter-token series (32 of its ~55 lines), a pool whose requests were all turned away no
+    duration series (as prometheus_client gives a labelled histogram whose child is made at
+    its first observation)."""
 
     def __init__(self) -> None:
         self._pools: dict[Labels, PoolMetrics] = {}
@@ -162,6 +167,15 @@ class PoolSeries:
         if found is None:
             found = self._pools[labels] = PoolMetrics(labels)
         return found
+
+    def forget(self, gone: Callable[[Labels], bool]) -> int:
+        """Drop every pool whose labels are `gone` and that has no request in flight; returns
+        how many (a request in flight keeps its pool until a later call)."""
+        dropped = [labels for labels, pool in self._pools.items()
+                   if gone(labels) and pool._figures[_IN_FLIGHT] == 0]  # fmt: skip
+        for labels in dropped:
+            del self._pools[labels]
+        return len(dropped)
 
     def describe(self) -> list[Metric]:
         return list(self._families([]))
@@ -202,6 +216,8 @@ class PoolSeries:
             start, end = histogram.offset, histogram.end - 1
             for pool in paced():
                 figures = pool._figures
+                if not any(figures[start:end]):
+                    continue  # never observed (`PoolSeries`)
                 labels = f"{pool._head},{pool._tail}"
                 cumulative = 0.0
                 for le, value in zip(les, figures[start:end], strict=True):
@@ -273,6 +289,8 @@ def _histogram_family(histogram: _Histogram, pools: list[PoolMetrics]) -> Histog
     start, end = histogram.offset, histogram.end - 1
     for pool in pools:
         figures = pool._figures
+        if not any(figures[start:end]):
+            continue  # never observed (`PoolSeries`)
         cumulative, buckets = 0.0, []
         for le, count in zip(les, figures[start:end], strict=True):
             cumulative += count
