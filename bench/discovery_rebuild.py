@@ -18,7 +18,9 @@ source roots run with PYTHONPATH as `_support.checkout` gives them), in turn for
   CPU time of the whole process, and the largest lag of the event loop meanwhile (a task asks
   for a 1 ms sleep, again and again, and measures how much later it returns: what requests in
   flight would have waited, the worker thread holding the GIL included).
-Each change is also checked: the snapshot after it routes to exactly the new endpoints.
+Each change is also checked: the snapshot after it routes to exactly the new endpoints. Each
+revision's process has the switches its gateway sets (`as_the_gateway`: the GIL's switch
+interval since `gil_switch_interval_seconds`).
 Medians (and the largest lag) per revision; compare within the run.
 """
 
@@ -78,6 +80,17 @@ def endpoint_slice(index: int, ready: list[bool]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def as_the_gateway() -> None:
+    """The revision's process-wide switches, as its gateway sets them (`server.process_wide`,
+    where it has one: the GIL's switch interval)."""
+    from llmfleet.gateway import server  # noqa: PLC0415
+    from llmfleet.gateway.settings import GatewaySettings  # noqa: PLC0415
+
+    process_wide = getattr(server, "process_wide", None)
+    if process_wide is not None:
+        process_wide(GatewaySettings())
+
+
 async def measure(args: argparse.Namespace) -> list[dict[str, float]]:
     from llmfleet.gateway.kube_discovery import KubeDiscovery, kept_slice  # noqa: PLC0415
 
@@ -135,6 +148,7 @@ def ms(values: list[float]) -> str:
 def main() -> None:
     args = parse_args()
     if args.worker:
+        as_the_gateway()
         print(json.dumps(asyncio.run(measure(args))))
         return
     with tempfile.TemporaryDirectory(prefix="discovery-rebuild-") as work:

@@ -6,11 +6,14 @@ import os
 import subprocess
 import sys
 
+import prometheus_client
 import pytest
+from pydantic import ValidationError
 
 from llmfleet.gateway.app import create_app
 from llmfleet.gateway.discovery import StaticDiscovery
 from llmfleet.gateway.routing.registry import UnknownPluginError
+from llmfleet.gateway.server import process_wide
 from llmfleet.gateway.settings import GatewaySettings, ProfileConfig
 
 
@@ -54,3 +57,24 @@ def test_unknown_plugins_fail_at_start_up(
 def test_unknown_profile_fails_at_start_up() -> None:
     with pytest.raises(ValueError, match="unknown routing profile 'fastest'"):
         create_app(GatewaySettings(profile="fastest"), discovery=StaticDiscovery({}))
+
+
+def test_the_gateway_process_gives_the_loop_the_gil_back_within_a_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`server.process_wide` sets the GIL's switch interval from the settings (Python's default
+    is 5 ms: a worker thread's rebuild then held the event loop twice as long)."""
+    # process_wide also turns prometheus_client's `_created` series off: back on after the test
+    monkeypatch.setattr(
+        prometheus_client.metrics, "_use_created", prometheus_client.metrics._use_created
+    )
+    before = sys.getswitchinterval()
+    try:
+        process_wide(GatewaySettings())
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+        process_wide(GatewaySettings(gil_switch_interval_seconds=0.002))
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        sys.setswitchinterval(before)
+    with pytest.raises(ValidationError):
+        GatewaySettings(gil_switch_interval_seconds=0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -197,6 +198,15 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def process_wide(settings: GatewaySettings) -> None:
+    """The switches of the gateway's process (its own, so they may be process-wide)."""
+    # No `_created` series: in Prometheus's text format each counter and histogram child gets
+    # one more gauge series of its creation time that nothing reads (13% of /metrics at
+    # 1,000 pools).
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    sys.setswitchinterval(settings.gil_switch_interval_seconds)
+
+
 def serve(app: Any, settings: GatewaySettings) -> None:
     """Run `app` until SIGINT/SIGTERM with the gateway's server settings; with `admin_port`,
     also the app's `operations` (the admin routes) on that port, in the same event loop.
@@ -206,10 +216,7 @@ def serve(app: Any, settings: GatewaySettings) -> None:
     so a signal stops it first, then the API server (which runs the app's lifespan, so
     discovery and the engine clients close last), then reaches the default handler as before.
     """
-    # No `_created` series: in Prometheus's text format each counter and histogram child gets
-    # one more gauge series of its creation time that nothing reads (13% of /metrics at
-    # 1,000 pools). The gateway's process is its own, so this process-wide switch is too.
-    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    process_wide(settings)
     forwarder = getattr(getattr(app, "state", None), "forwarder", None)
     cut = forwarder.cut_streams if forwarder is not None else None
     main = _Server(_config(app, settings, settings.port, "auto"), cut)

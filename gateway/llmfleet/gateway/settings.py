@@ -186,6 +186,12 @@ class GatewaySettings(LoopbackSettings):
     alive too (the state traffic makes per pool and engine), at most 12 times an hour
     (`gc_pauses.Refreezer`). None: never after start-up. The default is the event-loop lag the
     gateway is built to stay under (issue 28's goal)."""
+    gil_switch_interval_seconds: float = Field(default=0.001, gt=0, le=0.1)
+    """How long a thread may keep the GIL while another waits for it (`sys.setswitchinterval`;
+    Python's default is 5 ms). The gateway's threads (discovery's rebuild, the /metrics render,
+    the informers' JSON) then give the event loop the GIL back within this: at 1,000 services a
+    rebuild held the loop up to 6-7 ms at 1 ms, 10-11 ms at 5 ms (bench/discovery_rebuild.py).
+    """
     log_level: str = "INFO"
     """Python logging level of the gateway."""
 
