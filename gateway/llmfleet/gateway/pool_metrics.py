@@ -152,12 +152,10 @@ Pause = Callable[[], None]
 
 
 class PoolSeries:
-    """A registry collector of every pool's series; pools appear with their first request.
-    A pool's counters and in-flight gauge are written from then on, each of its histograms
-    from its first observation: a pool that never streams has no time-to-first-token or
-    inter-token series (32 of its ~55 lines), a pool whose requests were all turned away no
-    duration series (as prometheus_client gives a labelled histogram whose child is made at
-    its first observation)."""
+    """A registry collector of every pool's series; pools appear with their first request,
+    all their series at once and at zero: a histogram that appeared only with its first
+    observation would lose that observation to Prometheus's `rate()`, which needs a sample
+    before the increase (`llmfleet status` showed no TTFT after a first streamed load)."""
 
     def __init__(self) -> None:
         self._pools: dict[Labels, PoolMetrics] = {}
@@ -216,8 +214,6 @@ class PoolSeries:
             start, end = histogram.offset, histogram.end - 1
             for pool in paced():
                 figures = pool._figures
-                if not any(figures[start:end]):
-                    continue  # never observed (`PoolSeries`)
                 labels = f"{pool._head},{pool._tail}"
                 cumulative = 0.0
                 for le, value in zip(les, figures[start:end], strict=True):
@@ -289,8 +285,6 @@ def _histogram_family(histogram: _Histogram, pools: list[PoolMetrics]) -> Histog
     start, end = histogram.offset, histogram.end - 1
     for pool in pools:
         figures = pool._figures
-        if not any(figures[start:end]):
-            continue  # never observed (`PoolSeries`)
         cumulative, buckets = 0.0, []
         for le, count in zip(les, figures[start:end], strict=True):
             cumulative += count
