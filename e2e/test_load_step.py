@@ -155,3 +155,8 @@ def test_load_step_spares_vs_none(system: LocalSystem) -> None:
     finally:
         for run in runs:
             system.kubectl("delete", "inferenceservice", run.name, "-n", "default", "--wait=false")
+        # The tests after this one find the system as `make up` left it: these services' pods
+        # gone (the collector deletes them after their Deployments).
+        for run in runs:
+            wait_for(lambda run=run: True if not system.pods(run.name) else None, 180,
+                     f"{run.name}'s pods to be gone")  # fmt: skip

@@ -109,21 +109,33 @@ def test_every_pod_runs_on_the_real_node_from_the_built_images(real: LocalSystem
         layout.CHART_NAMESPACE: built["control-plane"].reference,
         "default": built["engine-local"].reference,
     }
-    listing = real.kubectl("get", "pods", "-A", "-o", "wide")
-    print(listing)
     for namespace, reference in expected.items():
-        pods = real.get("pods", "-n", namespace)["items"]
-        assert pods, f"no pods in {namespace}"
+        # Earlier tests' services may still be going (their pods terminating) or starting:
+        # wait until every pod that is not being deleted runs.
+        pods = wait_for(lambda namespace=namespace: _all_running(real, namespace), 180,
+                        f"every pod in {namespace} to run")  # fmt: skip
         for pod in pods:
             name = pod["metadata"]["name"]
             assert pod["spec"]["nodeName"] == node, f"{name} is on {pod['spec']['nodeName']}"
-            assert pod["status"]["phase"] == "Running", name
             for container in pod["status"]["containerStatuses"]:
                 assert container["image"] == reference, (name, container["image"])
         labels = real.get("namespace", namespace)["metadata"]["labels"]
         assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     for pod in real.get("pods", "-n", "default")["items"]:
         print(f"REAL NODE pod create -> Ready {pod['metadata']['name']}: {_to_ready(pod):.0f} s")
+
+
+def _all_running(system: LocalSystem, namespace: str) -> list[dict[str, Any]] | None:
+    """The namespace's pods that are not being deleted, once there are some and all of them
+    run; None before."""
+    pods = [
+        pod for pod in system.get("pods", "-n", namespace)["items"]
+        if not pod["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    if not pods or any(pod["status"].get("phase") != "Running" for pod in pods):
+        return None
+    print(system.kubectl("get", "pods", "-n", namespace, "-o", "wide"))
+    return pods
 
 
 def _to_ready(pod: dict[str, Any]) -> float:

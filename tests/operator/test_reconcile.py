@@ -65,6 +65,17 @@ class StandIn:
         """(kind, name) -> each child applied, as stored (stamped); observed only with `keep`."""
         self.keep = False
         self.status_writes = 0
+        self.deleted_behind_the_watch = False
+        """The service is deleted, but `get_service` (the watch) does not know yet."""
+        self.asked_stored = 0
+
+    def still_stored(self, namespace: str, name: str, uid: str) -> bool:
+        self.asked_stored += 1
+        return (
+            self.body is not None
+            and not self.deleted_behind_the_watch
+            and self.body["metadata"]["uid"] == uid
+        )
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         if self.keep and self.body is not None:
@@ -357,3 +368,35 @@ def test_a_spec_the_models_refuse_is_stalled_for_this_generation() -> None:
         "Stalled": ("True", "InvalidSpec"),
         "Reconciling": ("False", "InvalidSpec"),
     }
+
+
+def test_a_service_deleted_behind_the_watch_gets_no_child_created_again() -> None:
+    """The collector deletes a deleted service's Deployment; that deletion can come through
+    the children's watch before the service's own comes through its watch. A pass then sees
+    the service and no Deployment: it must not create the Deployment again (its pods would
+    start, then be collected). It asks the API server once, before the first creation."""
+    body = service_body()
+    body["metadata"]["uid"] = "uid-of-the-service"
+    name = body["metadata"]["name"]
+    kube = StandIn(body)
+    kube.keep = True
+    reconciler = Reconciler(kube, SETTINGS)  # type: ignore[arg-type]
+
+    reconciler.reconcile("team", name)  # creates every child: one question first
+    assert kube.tried
+    assert kube.asked_stored == 1
+    created = len(kube.tried)
+    reconciler.reconcile("team", name)  # nothing to create: no question
+    assert kube.asked_stored == 1
+    assert len(kube.tried) == created
+
+    deployment = next(key for key in kube.stored if key[0] == "Deployment")
+    del kube.stored[deployment]  # the collector's deletion, seen by the children's watch
+    kube.deleted_behind_the_watch = True
+    with pytest.raises(Gone):
+        reconciler.reconcile("team", name)
+    assert len(kube.tried) == created, kube.tried[created:]
+
+    kube.deleted_behind_the_watch = False  # a Deployment deleted by hand is put back
+    reconciler.reconcile("team", name)
+    assert kube.tried[created:] == [deployment]

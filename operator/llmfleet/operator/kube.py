@@ -271,8 +271,24 @@ class Kube:
         cached = self.watched.service(namespace, name)
         if cached is not None:
             return dict(cached)
+        return self.get_stored_service(namespace, name)
+
+    def still_stored(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the InferenceService `uid` is stored now and not being deleted: a GET, not
+        the watch. The pass asks before it creates a child: the watches of services and of
+        children are separate streams, so the collector's deletion of a deleted service's
+        Deployment can arrive before the service's own deletion, and a pass would create the
+        Deployment again (pods started, then collected) for a service that is gone."""
+        body = self.get_stored_service(namespace, name)
+        if body is None:
+            return False
+        metadata = body.get("metadata") or {}
+        return metadata.get("uid") == uid and not metadata.get("deletionTimestamp")
+
+    def get_stored_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The InferenceService as stored now (a GET), None when it does not exist."""
         try:
-            body = cast(
+            return cast(
                 dict[str, Any],
                 asked(
                     lambda: self.custom.get_namespaced_custom_object(
@@ -284,7 +300,6 @@ class Kube:
             if error.status == 404:
                 return None
             raise
-        return body
 
     def observe(
         self,

@@ -173,7 +173,7 @@ class Reconciler:
         now = self.clock()
         observed = self._with_analysis(service, observed, now)
         plan = desired(service, observed, self.settings, now)
-        failures = self._apply(namespace, name, plan, observed)
+        failures = self._apply(namespace, name, metadata.get("uid"), plan, observed)
         if failures:
             plan = desired(service, observed, self.settings, now, failures)
         refused_deletes = self._delete(namespace, name, plan)
@@ -286,12 +286,18 @@ class Reconciler:
         self.metrics.canary_weight.labels(namespace, name).set(weight)
 
     def _apply(
-        self, namespace: str, name: str, plan: Plan, observed: Observed
+        self, namespace: str, name: str, uid: str | None, plan: Plan, observed: Observed
     ) -> list[ChildFailure]:
         """Apply every child that differs from the object observed (`drift.drifted`) and that
         the API server has not refused lately; the refusals, fresh and still standing. The
-        other children are applied whatever happens to one."""
+        other children are applied whatever happens to one.
+
+        Before the first child it would create, the pass asks the API server whether the
+        service `uid` still stands (`Kube.still_stored`) and raises `Gone` if not: the watch
+        may not have brought the service's deletion yet when the collector's deletion of its
+        children has come."""
         service = (namespace, name)
+        confirmed = False
         with self._backoff_lock:
             keys = {child_key(manifest) for manifest in plan.objects}
             self.backoff.keep(service, keys | {c.key for c in plan.deletions})
@@ -305,6 +311,10 @@ class Reconciler:
                 with self._backoff_lock:
                     self.backoff.succeeded(service, key)  # as stored: nothing stands
                 continue
+            if key not in stored and not confirmed:
+                if uid is None or not self.kube.still_stored(namespace, name, uid):
+                    raise Gone(f"{namespace}/{name}")
+                confirmed = True
             log.debug("%s/%s: applying %s %s: %s", namespace, name, manifest["kind"],
                       manifest["metadata"]["name"], why)  # fmt: skip
             failure = self._write(
