@@ -31,6 +31,7 @@ from _gateways import (
     Replica,
     cpu_wait_ms,
     gc_buckets,
+    gc_cpu_buckets,
     lag_buckets,
     lag_largest,
     own_lag_buckets,
@@ -117,6 +118,9 @@ class UnderLoad:
     """How long each loop's thread waited for a CPU during the load."""
     gc_max_ms: list[str]
     """The longest full garbage collection, as `lag_max_ms` ("-": none ran)."""
+    gc_cpu_max_ms: list[str]
+    """The most CPU one full collection took, as `gc_max_ms` (the wall time less the
+    collecting thread's waits for a CPU; "-" also for a gateway without the histogram)."""
     cpu_seconds: list[float]
     scrapes: list[float]
 
@@ -136,6 +140,7 @@ def under_load(replicas: list[Replica], models: list[str], rate: float,
     texts = [replica.metrics() for replica in replicas]
     before = [lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
     gc_before = [gc_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
+    gc_cpu_before = [gc_cpu_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
     own_before = [own_lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
     texts_before = texts
     scraped = [_scrapes(t) for t in texts]
@@ -154,6 +159,8 @@ def under_load(replicas: list[Replica], models: list[str], rate: float,
         cpu_wait_ms=[cpu_wait_ms(texts_before[i], texts[i]) for i in range(len(replicas))],
         gc_max_ms=[lag_largest(gc_before[i], gc_buckets(r, texts[i]))
                    for i, r in enumerate(replicas)],
+        gc_cpu_max_ms=[lag_largest(gc_cpu_before[i], gc_cpu_buckets(r, texts[i]))
+                       for i, r in enumerate(replicas)],
         cpu_seconds=spent,
         scrapes=[_scrapes(t) - scraped[i] for i, t in enumerate(texts)],
     )  # fmt: skip

@@ -262,6 +262,15 @@ def gc_buckets(replica: Replica, text: str | None = None) -> dict[float, float]:
     return buckets(replica, f'{GC_PAUSE}_bucket{{generation="2",', text)
 
 
+GC_PAUSE_CPU = "llmfleet_gateway_gc_pause_cpu_seconds"
+
+
+def gc_cpu_buckets(replica: Replica, text: str | None = None) -> dict[float, float]:
+    """The full collections' CPU-time histogram, as `gc_buckets`; empty for a gateway
+    without it."""
+    return buckets(replica, f'{GC_PAUSE_CPU}_bucket{{generation="2",', text)
+
+
 def buckets(replica: Replica, prefix: str, text: str | None = None) -> dict[float, float]:
     """A histogram's cumulative buckets (upper bound -> samples) from the /metrics lines that
     start with `prefix` (its name, `_bucket{` and any labels before `le`)."""

@@ -466,6 +466,7 @@ def loaded(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, 
             figure(rows, f"{where}: loop thread waited for a CPU [ms]", label,
                    each(seen.cpu_wait_ms))  # fmt: skip
             figure(rows, f"{where}: full GC pause max <= [ms]", label, each(seen.gc_max_ms))
+            figure(rows, f"{where}: full GC CPU max <= [ms]", label, each(seen.gc_cpu_max_ms))
             figure(rows, f"{where}: gateway CPU [s]", label,
                    each(f"{value:.1f}" for value in seen.cpu_seconds))  # fmt: skip
             figure(rows, f"{where}: engine scrapes [/s]", label,

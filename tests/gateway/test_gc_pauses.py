@@ -279,3 +279,40 @@ def test_a_request_leaves_no_cyclic_garbage(model: str, stream: bool, status: in
                 client.close()
     # the stand-in and the test share this process: a little slack, far below one a request
     assert found < requests // 4, found
+
+
+def test_the_refreezer_is_told_a_full_collections_cpu_time_not_its_wall_time() -> None:
+    """A collection preempted on a busy machine lasts long on the wall clock, but a freeze
+    would not shorten the wait for a CPU: the refreezer weighs the walk's CPU time; both go to
+    their histograms."""
+    registry = CollectorRegistry()
+    wall = Histogram("pauses", "", ("generation",), registry=registry)
+    cpu = Histogram("pauses_cpu", "", ("generation",), registry=registry)
+    refreezer = Refreezer(0.005)
+    ticks = iter(range(1_000_000))
+    recorder = PauseRecorder(
+        wall, refreezer, cpu_histogram=cpu,
+        clock=lambda: next(ticks) * 0.040,  # 40 ms of wall time between start and stop
+        cpu_clock=lambda: 0.0,  # and no CPU: the thread waited all along
+    )  # fmt: skip
+    gc.disable()  # only the collections asked for below
+    recorder.start()
+    try:
+        gc.collect()
+    finally:
+        recorder.stop()
+        gc.enable()
+    assert not refreezer.due()
+    full = {"generation": "2"}
+    assert registry.get_sample_value("pauses_count", full) == 1
+    assert registry.get_sample_value("pauses_sum", full) == pytest.approx(0.040)
+    assert registry.get_sample_value("pauses_cpu_count", full) == 1
+    assert registry.get_sample_value("pauses_cpu_sum", full) == 0
+
+    burning = PauseRecorder(wall, refreezer, cpu_clock=lambda: next(ticks) * 0.040)
+    burning.start()
+    try:
+        gc.collect()
+    finally:
+        burning.stop()
+    assert refreezer.due()  # 40 ms of CPU: the walk itself was long

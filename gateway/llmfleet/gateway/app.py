@@ -216,7 +216,7 @@ def _refreezer_from(settings: GatewaySettings, metrics: GatewayMetrics) -> Refre
 
     def frozen(paused: float) -> None:
         metrics.gc_refreezes.inc()
-        log.info("a full garbage collection paused %.0f ms: froze what it left alive too",
+        log.info("a full garbage collection took %.0f ms of CPU: froze what it left alive too",
                  paused * 1000)  # fmt: skip
 
     return Refreezer(after, on_freeze=frozen)
@@ -272,7 +272,7 @@ def create_app(
     scraper = Scraper(scrape_upstream, table, source, metrics, settings, clock=clock)
     forwarder = Forwarder(settings, upstream, table, metrics)
     refreezer = _refreezer_from(settings, metrics)
-    pauses = PauseRecorder(metrics.gc_pauses, refreezer)
+    pauses = PauseRecorder(metrics.gc_pauses, refreezer, cpu_histogram=metrics.gc_pause_cpu)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

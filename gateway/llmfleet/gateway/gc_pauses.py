@@ -38,8 +38,12 @@ another long collection, so another such heap of new objects) and are capped at
 `REFREEZES_PER_HOUR`, so a heap that keeps churning cannot turn them into a leak.
 
 `PauseRecorder` times every collection through `gc.callbacks` into a histogram by generation,
-and tells a `Refreezer` the length of each full collection. Callbacks are process-wide: each
-recorder removes its own on `stop`.
+twice: the wall time (what the loop, or the thread that collected, was held) and the CPU time
+of the collecting thread (what walking the heap cost). They differ when the machine's CPUs are
+busy: the thread is preempted mid-collection, and the wall time grows with the wait for a CPU
+(a full collection of 2-5 ms CPU took 25-50 ms wall on the 2-core benchmark cluster). The
+`Refreezer` is told each full collection's CPU time: a freeze shortens the walk, never the
+wait. Callbacks are process-wide: each recorder removes its own on `stop`.
 """
 
 from __future__ import annotations
@@ -113,11 +117,11 @@ REFREEZES_PER_HOUR = 12
 
 
 class Refreezer:
-    """Freezes the heap after a full collection that took at least `after_seconds` (module
-    docstring), at most `most_per_hour` times in any hour. The collector's callback only notes
-    the need (`full_collection`): a callback runs wherever an allocation set off the collection,
-    possibly inside the event loop's own code, so the freeze itself is done by `forever`, a task
-    on the loop that looks every `every` seconds."""
+    """Freezes the heap after a full collection that took at least `after_seconds` of CPU
+    (module docstring), at most `most_per_hour` times in any hour. The collector's callback only
+    notes the need (`full_collection`): a callback runs wherever an allocation set off the
+    collection, possibly inside the event loop's own code, so the freeze itself is done by
+    `forever`, a task on the loop that looks every `every` seconds."""
 
     def __init__(
         self,
@@ -166,22 +170,43 @@ class Refreezer:
 
 
 class PauseRecorder:
-    """Observes each collection's duration into `histogram.labels(generation)`; each full
-    collection's also into `refreezer`."""
+    """Observes each collection's wall time into `histogram.labels(generation)` and its CPU
+    time (the collecting thread's) into `cpu_histogram`; each full collection's CPU time also
+    into `refreezer` (module docstring)."""
 
-    def __init__(self, histogram: Any, refreezer: Refreezer | None = None) -> None:
+    def __init__(
+        self,
+        histogram: Any,
+        refreezer: Refreezer | None = None,
+        *,
+        cpu_histogram: Any = None,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
         self._children = [histogram.labels(str(generation)) for generation in range(3)]
+        self._cpu_children = (
+            [cpu_histogram.labels(str(generation)) for generation in range(3)]
+            if cpu_histogram is not None else None
+        )  # fmt: skip
         self._refreezer = refreezer
+        self._clock = clock
+        self._cpu_clock = cpu_clock
         self._started = 0.0
+        self._cpu_started = 0.0
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started = self._clock()
+            self._cpu_started = self._cpu_clock()
         else:
-            seconds = time.perf_counter() - self._started
-            self._children[info["generation"]].observe(seconds)
-            if info["generation"] == 2 and self._refreezer is not None:
-                self._refreezer.full_collection(seconds)
+            cpu = self._cpu_clock() - self._cpu_started
+            seconds = self._clock() - self._started
+            generation = info["generation"]
+            self._children[generation].observe(seconds)
+            if self._cpu_children is not None:
+                self._cpu_children[generation].observe(cpu)
+            if generation == 2 and self._refreezer is not None:
+                self._refreezer.full_collection(cpu)
 
     def start(self) -> None:
         if self._callback not in gc.callbacks:

@@ -74,6 +74,15 @@ class GatewayMetrics:
             buckets=_GC_BUCKETS,
             registry=r,
         )
+        self.gc_pause_cpu = Histogram(
+            "llmfleet_gateway_gc_pause_cpu_seconds",
+            "The CPU time of each garbage-collector pause (the collecting thread's), by "
+            "generation: what walking the heap cost. The wall time "
+            "(llmfleet_gateway_gc_pause_seconds) also holds the thread's waits for a CPU.",
+            ("generation",),
+            buckets=_GC_BUCKETS,
+            registry=r,
+        )
         self.gc_refreezes = Counter(
             "llmfleet_gateway_gc_refreezes",
             "Times the heap was frozen again after a long full collection (the state traffic "

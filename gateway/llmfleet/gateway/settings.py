@@ -182,10 +182,11 @@ class GatewaySettings(LoopbackSettings):
     """`gc.freeze()` the heap once started and again once discovery's first snapshot is in, so
     full collections do not walk it (`gc_pauses`)."""
     refreeze_after_pause_seconds: float | None = Field(default=0.005, gt=0)
-    """After a full garbage collection that paused the gateway this long, freeze what it left
-    alive too (the state traffic makes per pool and engine), at most 12 times an hour
-    (`gc_pauses.Refreezer`). None: never after start-up. The default is the event-loop lag the
-    gateway is built to stay under (issue 28's goal)."""
+    """After a full garbage collection that took this much CPU, freeze what it left alive too
+    (the state traffic makes per pool and engine), at most 12 times an hour
+    (`gc_pauses.Refreezer`). CPU, not wall time: a collection preempted on a busy machine lasts
+    longer but a freeze would not shorten it. None: never after start-up. The default is the
+    event-loop lag the gateway is built to stay under (issue 28's goal)."""
     gil_switch_interval_seconds: float = Field(default=0.001, gt=0, le=0.1)
     """How long a thread may keep the GIL while another waits for it (`sys.setswitchinterval`;
     Python's default is 5 ms). The gateway's threads (discovery's rebuild, the /metrics render,
