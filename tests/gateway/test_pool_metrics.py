@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.utils import floatToGoString
 
 from llmfleet.gateway import pool_metrics
-from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
+from llmfleet.gateway.discovery import Pool, Service, Split, StaticDiscovery
 from llmfleet.gateway.metrics import GatewayMetrics
 from llmfleet.gateway.pool_metrics import LABELS, PoolSeries
 from tests.gateway.servers import ThreadServer, gateway
@@ -223,6 +223,47 @@ def test_a_deleted_services_series_end_at_the_next_metrics_read() -> None:
             assert 'llmfleet_gateway_requests_total{model="b",namespace="ns",outcome="ok"' in text
             again = client.get(f"{server.url}/metrics").text  # an unchanged snapshot: as it was
             assert 'service="svc-b"' in again
+
+
+def test_a_revision_a_rollout_left_behind_has_its_series_end() -> None:
+    """A canary's promotion changes the service's revision: the old revision's series end at
+    the next /metrics read; the stable and canary revisions of a rollout in progress stay
+    while other services change."""
+    with ThreadServer(StandIn("engine").app()) as engine:
+        pool = Pool("unified", (engine.url,))
+
+        def stable(revision: str, canary: str | None = None) -> Service:
+            split = None
+            if canary is not None:
+                split = Split.of(Service("a", "ns", "svc-a", {"unified": pool}, revision=canary),
+                                 100)  # fmt: skip
+            return Service("a", "ns", "svc-a", {"unified": pool}, revision=revision,
+                           canary=split)  # fmt: skip
+
+        discovery = _Swapped({"a": stable("r1")})
+        with gateway(discovery) as server, httpx.Client(timeout=10) as client:
+
+            def ask() -> str:
+                answer = client.post(f"{server.url}/v1/chat/completions", json={
+                    "model": "a", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+                assert answer.status_code == 200, answer.text
+                return answer.headers["x-llmfleet-revision"]
+
+            assert ask() == "r1"
+            discovery.swap({"a": stable("r1", canary="r2")})  # a rollout starts
+            assert ask() == "r2"
+            text = client.get(f"{server.url}/metrics").text
+            assert 'revision="r1"' in text
+            assert 'revision="r2"' in text
+            other = Service("b", "ns", "svc-b", {"unified": pool})
+            discovery.swap({"a": stable("r1", canary="r2"), "b": other})  # another change
+            text = client.get(f"{server.url}/metrics").text
+            assert 'revision="r1"' in text
+            assert 'revision="r2"' in text
+            discovery.swap({"a": stable("r2"), "b": other})  # promoted
+            text = client.get(f"{server.url}/metrics").text
+            assert 'revision="r1"' not in text
+            assert 'revision="r2"' in text
 
 
 def test_every_series_of_a_pool_is_written_from_its_first_request() -> None:

@@ -157,11 +157,14 @@ class GatewayMetrics:
         return self._pools.pool(labels)
 
     def forget_gone_pools(self) -> int:
-        """Drop the series of pools whose service discovery no longer has (and that have no
-        request in flight); returns how many. On the event loop, where requests make pools;
-        the work is done once per discovery snapshot (an unchanged one is the same object), so
-        a read of /metrics between changes costs nothing here. A service that comes back starts
-        its counters again from zero, which Prometheus reads as a reset."""
+        """Drop the series of pools whose service, model or revision discovery no longer has
+        (and that have no request in flight); returns how many. A revision goes when a canary
+        is promoted or rolled back: without this, each rollout would leave its old revision's
+        ~55 series per pool in /metrics for as long as the service lives. On the event loop,
+        where requests make pools; the work is done once per discovery snapshot (an unchanged
+        one is the same object), so a read of /metrics between changes costs nothing here. A
+        service that comes back starts its counters again from zero, which Prometheus reads as
+        a reset."""
         if self._discovered is None:
             return 0
         try:
@@ -171,8 +174,16 @@ class GatewayMetrics:
         if services is self._pruned_against:
             return 0
         self._pruned_against = services
-        live = {(service.namespace, service.name) for service in services.values()}
-        return self._pools.forget(lambda labels: (labels[0], labels[1]) not in live)
+        live = {
+            (side.namespace, side.name, side.model, side.revision)
+            for service in services.values()
+            for side in (service, *((service.canary.service,) if service.canary else ()))
+        }  # fmt: skip
+        # Labels: namespace, service, pool, model, revision (`pool_metrics.LABELS`). The pool
+        # is not matched: a service's outcomes before any pool of it exists carry its role.
+        return self._pools.forget(
+            lambda labels: (labels[0], labels[1], labels[3], labels[4]) not in live
+        )
 
     def overhead(self, route: str, phase: str) -> Any:
         """The overhead histogram's child for one route and phase (looked up once)."""
