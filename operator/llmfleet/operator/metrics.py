@@ -16,7 +16,7 @@ class OperatorMetrics:
             "llmfleet_operator_reconcile_seconds",
             "Duration of one reconcile pass of one InferenceService.",
             ["namespace", "service", "outcome"],
-            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 1.5, 2, 3, 5, 10),
             registry=self.registry,
         )
         self.pod_changes = Counter(
