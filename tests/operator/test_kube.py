@@ -9,8 +9,9 @@ from collections.abc import Callable
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.operator.answers import RETRYABLE_DELETE, Transient, asked
 from llmfleet.operator.failures import requeue_delay
-from llmfleet.operator.kube import RETRYABLE_DELETE, Transient, apply_body, asked
+from llmfleet.operator.kube import apply_body
 
 
 @pytest.mark.parametrize(

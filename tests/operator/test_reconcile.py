@@ -15,8 +15,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import Condition
+from llmfleet.operator.answers import Transient
 from llmfleet.operator.drift import stamped
-from llmfleet.operator.kube import Transient
 from llmfleet.operator.observed import Observed, ObservedChild
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.settings import OperatorSettings

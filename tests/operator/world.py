@@ -14,8 +14,7 @@ from typing import Any
 
 from llmfleet.crds import Condition, InferenceService
 from llmfleet.crds import labels as L
-from llmfleet.operator.kube import rollout_status
-from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
+from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod, rollout_status
 from llmfleet.operator.plan import Plan, desired
 from llmfleet.operator.rollout import Analysis
 from llmfleet.operator.settings import OperatorSettings

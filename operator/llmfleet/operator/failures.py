@@ -65,7 +65,7 @@ def requeue_delay(
     failures: int, first: float, cap: float, retry_after: float | None = None
 ) -> float:
     """Seconds before a failed pass runs again: its back-off (`retry_delay`), or longer when
-    the API server asked for longer (Retry-After, `kube.Transient`); a server's ask is honoured
+    the API server asked for longer (Retry-After, `answers.Transient`); a server's ask is honoured
     past `cap`."""
     return max(retry_delay(failures, first, cap), retry_after or 0.0)
 

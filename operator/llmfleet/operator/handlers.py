@@ -22,8 +22,9 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.crds import GROUP, PLURAL, VERSION
+from llmfleet.operator.answers import Transient, api_message
 from llmfleet.operator.failures import requeue_delay
-from llmfleet.operator.kube import CHILD_KINDS, Transient, api_message
+from llmfleet.operator.kube import CHILD_KINDS
 from llmfleet.operator.login import login
 from llmfleet.operator.pacing import Pacing
 from llmfleet.operator.reconcile import Gone, Reconciler

@@ -3,7 +3,7 @@
 wake-ups see it, and to the objects the operator's own writes return (`Watched.wrote`).
 
 Pods are most of what the operator keeps (10,000 at 1,000 services of 10 pods), and a pass reads
-little of one: `kube.observed_pod` and `kube.observe` (the pod's IP), `watched.py` (its key, the
+little of one: `observed.observed_pod` and `kube.observe` (the pod's IP), `watched.py` (its key, the
 service label it is indexed by, its resourceVersion). A pod is kept as:
 - `metadata`: `name`, `namespace`, `uid`, `resourceVersion`, `creationTimestamp`,
   `deletionTimestamp`, and all of `labels`, `annotations` and `ownerReferences`;

@@ -19,94 +19,23 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from llmfleet.crds import GROUP, PLURAL, VERSION, Condition
 from llmfleet.crds import labels as L
 from llmfleet.crds.gpus import GPU_PRODUCT_LABEL
-from llmfleet.crds.inference_service import AutoscalingStatus, CanaryStatus, StableSpec
+from llmfleet.crds.inference_service import AutoscalingStatus
+from llmfleet.operator.answers import RETRYABLE_DELETE, RETRYABLE_WRITE, asked
 from llmfleet.operator.drift import stamped
-from llmfleet.operator.failures import ChildFailure
 from llmfleet.operator.inflight import probe_in_flight
-from llmfleet.operator.observed import Observed, ObservedChild, ObservedPod
+from llmfleet.operator.observed import Observed, ObservedChild, observed_pod, rollout_status
 from llmfleet.operator.pools import PodChange
 from llmfleet.operator.watched import POD, SERVICE, Watched
 
-T = TypeVar("T")
-RETRYABLE = frozenset({409, 429, 500, 502, 503, 504})
-"""Answers worth asking again soon: conflicts, throttling, server errors (`Transient`)."""
-RETRYABLE_WRITE = RETRYABLE - {500}
-"""For writes, a 500 is as likely the object's fault (the API server answers some invalid specs
-with it) as the server's: the pass reports it and the child's back-off tries again later."""
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
-
-
-class Transient(Exception):
-    """The API server answered something worth asking again soon (`RETRYABLE`): the pass ends
-    here, unlike a refusal (an `ApiException`, which a pass reports), and its service's loop
-    runs it again after `retry_after` (the answer's Retry-After, in seconds) or its back-off,
-    whichever is longer."""
-
-    def __init__(self, error: ApiException) -> None:
-        super().__init__(f"{error.status} {error.reason}: {api_message(error)}")
-        self.error = error
-        self.retry_after = retry_after(error)
-
-
-def retry_after(error: ApiException) -> float | None:
-    """The answer's Retry-After header in seconds (the API server sends whole seconds with a
-    429); None without one, or with a date or anything else."""
-    headers: Mapping[str, Any] = error.headers or {}
-    for header, value in headers.items():
-        if str(header).lower() == "retry-after":
-            try:
-                return max(float(value), 0.0)
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def asked(call: Callable[[], T], retryable: frozenset[int] = RETRYABLE) -> T:
-    """One API call; a `retryable` answer raises `Transient` (nothing sleeps here), any other
-    refusal its `ApiException`."""
-    try:
-        return call()
-    except ApiException as error:
-        if error.status in retryable:
-            raise Transient(error) from error
-        raise
-
-
-def api_message(error: ApiException) -> str:
-    """The API server's own message in a refusal (its Status object), else the HTTP reason."""
-    try:
-        status = json.loads(error.body or "")
-    except (TypeError, ValueError):
-        status = None
-    message = status.get("message") if isinstance(status, dict) else None
-    return str(message or error.reason or "no message").strip()
-
-
-def refusal(manifest: Mapping[str, Any], error: ApiException, action: str) -> ChildFailure:
-    """What the API server said when it refused to `action` this child."""
-    try:
-        status = json.loads(error.body or "")
-    except (TypeError, ValueError):
-        status = None
-    reason = status.get("reason") if isinstance(status, dict) else None
-    return ChildFailure(
-        kind=manifest["kind"],
-        name=manifest["metadata"]["name"],
-        code=int(error.status or 0),
-        reason=str(reason or error.reason or "Error"),
-        message=api_message(error),
-        action=action,
-    )
-
 
 CHILD_KINDS = (
     ("v1", "ConfigMap"),
@@ -117,8 +46,6 @@ CHILD_KINDS = (
 )
 """The kinds of a service's children (with `MONITOR_KIND` where its CRD exists)."""
 MONITOR_KIND = ("monitoring.coreos.com/v1", "ServiceMonitor")
-RETRYABLE_DELETE = RETRYABLE_WRITE - {409}
-"""A delete's 409 is its uid precondition failing: another object of that name, not a race."""
 
 PLURALS = {
     "ConfigMap": "configmaps",
@@ -159,59 +86,6 @@ def _object_path(api_version: str, kind: str, namespace: str | None) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     scope = f"/namespaces/{namespace}" if namespace else ""
     return f"{prefix}{scope}/{PLURALS[kind]}"
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def observed_pod(pod: Mapping[str, Any]) -> ObservedPod:
-    """A pod as the API server sends it (JSON)."""
-    meta, status = pod["metadata"], pod.get("status") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    ready = conditions.get("Ready") or {}
-    scheduled = conditions.get("PodScheduled") or {}
-    unschedulable = (
-        scheduled.get("message") or "Unschedulable"
-        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
-        else None
-    )
-    cost = annotations.get(L.DELETION_COST)
-    serving = labels.get(L.SERVING)
-    return ObservedPod(
-        name=meta["name"],
-        pool=labels.get(L.POOL, ""),
-        created=_parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
-        ready=ready.get("status") == "True",
-        serving=serving in ("true", L.SERVING_CANARY),
-        serving_value=serving if serving == L.SERVING_CANARY else "true",
-        deployment=labels.get(L.DEPLOYMENT),
-        terminating=meta.get("deletionTimestamp") is not None,
-        demoted_at=_parse_time(annotations.get(L.DEMOTED_AT)),
-        deletion_cost=int(cost) if cost and cost.lstrip("-").isdigit() else None,
-        unschedulable=unschedulable,
-    )
-
-
-def rollout_status(status: Mapping[str, Any]) -> dict[str, Any]:
-    """`status.revision`, `stableSpec` and `canary` as `Observed` fields; a part that no longer
-    parses (written by another version) is left out: the rollout then starts from what the
-    spec says, as for a new service."""
-    found: dict[str, Any] = {"revision": str(status.get("revision") or "")}
-    for key, field, model in (("stableSpec", "stable_spec", StableSpec),
-                              ("canary", "canary", CanaryStatus)):  # fmt: skip
-        try:
-            found[field] = model.model_validate(status[key]) if status.get(key) else None
-        except ValidationError:
-            found[field] = None
-    return found
 
 
 class Kube:

@@ -1,11 +1,14 @@
-"""What the operator saw of one InferenceService's world (plain data; filled by `kube.py`)."""
+"""What the operator saw of one InferenceService's world (plain data, and how a pod or a status
+as the API server sends it becomes that data; filled by `kube.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from llmfleet.crds import labels as L
 from llmfleet.crds.inference_service import (
@@ -106,3 +109,56 @@ class Observed:
         """Pods (not yet terminating) of pools other than `pools`: a topology change retires
         them, and they hold their GPUs until they are gone."""
         return sum(1 for pod in self.pods if pod.pool not in pools and not pod.terminating)
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def observed_pod(pod: Mapping[str, Any]) -> ObservedPod:
+    """A pod as the API server sends it (JSON)."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready") or {}
+    scheduled = conditions.get("PodScheduled") or {}
+    unschedulable = (
+        scheduled.get("message") or "Unschedulable"
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+        else None
+    )
+    cost = annotations.get(L.DELETION_COST)
+    serving = labels.get(L.SERVING)
+    return ObservedPod(
+        name=meta["name"],
+        pool=labels.get(L.POOL, ""),
+        created=_parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
+        ready=ready.get("status") == "True",
+        serving=serving in ("true", L.SERVING_CANARY),
+        serving_value=serving if serving == L.SERVING_CANARY else "true",
+        deployment=labels.get(L.DEPLOYMENT),
+        terminating=meta.get("deletionTimestamp") is not None,
+        demoted_at=_parse_time(annotations.get(L.DEMOTED_AT)),
+        deletion_cost=int(cost) if cost and cost.lstrip("-").isdigit() else None,
+        unschedulable=unschedulable,
+    )
+
+
+def rollout_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """`status.revision`, `stableSpec` and `canary` as `Observed` fields; a part that no longer
+    parses (written by another version) is left out: the rollout then starts from what the
+    spec says, as for a new service."""
+    found: dict[str, Any] = {"revision": str(status.get("revision") or "")}
+    for key, name, model in (("stableSpec", "stable_spec", StableSpec),
+                             ("canary", "canary", CanaryStatus)):  # fmt: skip
+        try:
+            found[name] = model.model_validate(status[key]) if status.get(key) else None
+        except ValidationError:
+            found[name] = None
+    return found

@@ -22,9 +22,10 @@ from pydantic import ValidationError
 from llmfleet.core.loopback import LoopbackGuard
 from llmfleet.crds import InferenceService, InferenceServiceSpec
 from llmfleet.operator.analyst import PrometheusAnalyst
+from llmfleet.operator.answers import Transient, refusal
 from llmfleet.operator.drift import drifted, kept_immutable, patch_change
 from llmfleet.operator.failures import Backoff, ChildFailure, ChildKey, child_key, digest
-from llmfleet.operator.kube import Kube, Transient, refusal
+from llmfleet.operator.kube import Kube
 from llmfleet.operator.metrics import OperatorMetrics, ServiceSeries
 from llmfleet.operator.observed import Observed
 from llmfleet.operator.plan import Plan, desired
