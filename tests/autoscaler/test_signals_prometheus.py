@@ -117,8 +117,12 @@ def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
         assert (idle.request_rate, idle.running, idle.ttft_p95_ms) == (0.0, 0.0, None)
 
         measured = _drive(signals, decode)
-        time.sleep(1.5)  # one more scrape after the last request
-        after = _read(signals, "decode")
+        ended = datetime.now(UTC)
+        after = wait_for(
+            lambda: a if (a := _read(signals, "decode")) and a.observed_at > ended else None,
+            15, "a scrape after the last request",
+        )  # fmt: skip
+        age = (datetime.now(UTC) - after.observed_at).total_seconds()
         idle_after = _read(signals, "prefill")
 
     load, sent_rate, during, busiest = (
@@ -157,7 +161,6 @@ def test_a_loaded_decode_pool_and_an_idle_prefill_pool(
     assert 10 < after.itl_p95_ms <= 25
     assert after.preemption_rate is None  # the simulator exports no preemption counter
     assert after.gpu_utilization is None  # no DCGM here
-    age = (datetime.now(UTC) - after.observed_at).total_seconds()
     assert 0 <= age < 3
 
     assert idle_after is not None
@@ -185,7 +188,7 @@ GOODPUT = [
 def goodput_load(
     prometheus_binary: Path, sim_binary: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[PoolSignals, Load]:
-    """Two unified engines under load for a rate window, read once after the last scrape."""
+    """Two unified engines under load for a rate window, read after a scrape that followed it."""
     unified = EngineSpec("ns", "chat", "unified", LATENCY)
     directory = tmp_path_factory.mktemp("goodput")
     return _loaded_window(prometheus_binary, sim_binary, directory, unified, unified)
@@ -194,8 +197,8 @@ def goodput_load(
 def _loaded_window(
     prometheus_binary: Path, sim_binary: Path, directory: Path, *specs: EngineSpec
 ) -> tuple[PoolSignals, Load]:
-    """Engines (one unified pool) under load for a rate window, read once after the last
-    scrape; the load's `read_at` is when."""
+    """Engines (one unified pool) under load for a rate window, read at the first scrape after
+    the last request; the load's `read_at` is when."""
     with (
         Prometheus(prometheus_binary, directory) as prometheus,
         engines(sim_binary, *specs) as started,
@@ -206,10 +209,15 @@ def _loaded_window(
         load = Load(started)
         with load.running():
             time.sleep(WINDOW_S)
-        time.sleep(1.5)  # one more scrape after the last request
-        found = signals.read("ns", "chat", ["unified"]).get("unified")
-    assert found is not None
-    load.read_at = time.monotonic()
+        ended = datetime.now(UTC)
+        found = wait_for(
+            lambda: f
+            if (f := signals.read("ns", "chat", ["unified"]).get("unified"))
+            and f.observed_at > ended
+            else None,
+            15, "a scrape after the last request",
+        )  # fmt: skip
+        load.read_at = time.monotonic()  # before the engines' and Prometheus' shutdown
     return found, load
 
 

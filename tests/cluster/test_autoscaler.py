@@ -233,6 +233,12 @@ def test_exhausted_gpus_give_scaling_limited_not_more_pending_pods(
         ]
 
     kube.wait_for(lambda: len(pending()) == wanted - 2, 60, f"{wanted - 2} unschedulable pods")
+    # The autoscaler sees pods through its own watch, which may lag kubectl's read.
+    kube.wait_for(
+        lambda: sum(p.unschedulable for p in scaler.kube.list_pods().get((ns, name), []))
+        == wanted - 2,
+        30, "the autoscaler's watch to see the unschedulable pods",
+    )  # fmt: skip
 
     load.rate = 100.0  # twice the load: without the limit this would ask for more pods
     for _ in range(3):

@@ -121,13 +121,16 @@ def test_a_burst_promotes_the_spare_within_the_fast_paths_bound(
                     lambda: len(serving_endpoints(kube, NAMESPACE, slice_name)) == 2,
                     30, "the promoted pod in the pool's EndpointSlice",
                 )  # fmt: skip
-            events = kube.get(
-                "events", "-n", operator_namespace, "--field-selector", "reason=Scaled"
-            )
-            messages = [e["message"] for e in events["items"]]
-            assert any(
-                m.startswith("unified: 1 -> 2 serving replicas: fast pass") for m in messages
-            )
+
+            def scaled_event() -> bool:
+                events = kube.get(
+                    "events", "-n", operator_namespace, "--field-selector", "reason=Scaled"
+                )
+                messages = [e["message"] for e in events["items"]]
+                prefix = "unified: 1 -> 2 serving replicas: fast pass"
+                return any(m.startswith(prefix) for m in messages)
+
+            kube.wait_for(scaled_event, 30, "the fast pass's Scaled event")
         finally:
             scaler.stop()
             print(f"--- autoscaler log (tail)\n{scaler.text()[-3000:]}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_install_run_upgrade_and_uninstall(kube: Kube, tmp_path: Path) -> None:
         notes = cluster.install(kube, release, system, values, "--wait", "--timeout=180s")
         _installed(kube, release, system, apps, notes)
         _components_at_work(kube, release, system, apps, tmp_path)
-        children = _children(kube, apps)
+        children = kube.wait_for(lambda: _settled_children(kube, apps), 60, "children at rest")
         _upgrade_rolls_only_the_components(kube, release, system, values)
         assert _children(kube, apps) == children, "the upgrade touched the service's children"
         _uninstall_keeps_services(kube, release, system, apps, children)
@@ -206,6 +207,14 @@ def _children(kube: Kube, apps: str) -> dict[tuple[str, str], tuple[str, str]]:
             for key, item in found.items()}  # fmt: skip
 
 
+def _settled_children(kube: Kube, apps: str) -> dict[tuple[str, str], tuple[str, str]] | None:
+    """`_children` once no write has changed them for 2 s (a pod's status or a Deployment's
+    may still be settling when the components stop), else None."""
+    first = _children(kube, apps)
+    time.sleep(2)
+    return first if _children(kube, apps) == first else None
+
+
 def _template_hashes(kube: Kube, system: str) -> dict[str, set[str]]:
     """Component -> pod-template-hash of its ReplicaSets that have pods."""
     hashes: dict[str, set[str]] = {}
@@ -253,16 +262,20 @@ def _uninstall_keeps_services(
         kube.kubectl("get", "crd", crd)
     kube.kubectl("get", f"inferenceservices.llmfleet.dev/{SAMPLE}", "-n", apps)
     assert _children(kube, apps).keys() == children.keys()
-    kube.wait_for(
-        lambda: not kube.ok("get", "deployment", f"{prefix}-gateway", "-n", system),
-        60, "the gateway Deployment gone",
-    )  # fmt: skip
-    for component in helm.COMPONENTS:
-        assert not kube.ok(
-            "get", "deployment,serviceaccount", f"{prefix}-{component}", "-n", system
-        )
-    assert not kube.ok("get", "clusterrole", f"{prefix}-operator")
-    assert not kube.ok("get", "role", f"{prefix}-operator", "-n", apps)
+
+    def left() -> list[str]:
+        """The release's own objects still there (one `get` per object: a `get` of two
+        kinds fails as soon as either is gone)."""
+        found = [f"{kind}/{prefix}-{component}" for component in helm.COMPONENTS
+                 for kind in ("deployment", "serviceaccount")
+                 if kube.ok("get", kind, f"{prefix}-{component}", "-n", system)]  # fmt: skip
+        if kube.ok("get", "clusterrole", f"{prefix}-operator"):
+            found.append(f"clusterrole/{prefix}-operator")
+        if kube.ok("get", "role", f"{prefix}-operator", "-n", apps):
+            found.append(f"role/{prefix}-operator in {apps}")
+        return found
+
+    kube.wait_for(lambda: not left(), 60, "the release's components, accounts and RBAC gone")
 
 
 def test_uninstall_without_keep_deletes_every_service(kube: Kube) -> None:

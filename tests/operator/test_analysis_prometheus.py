@@ -28,7 +28,7 @@ from llmfleet.operator.analyst import PrometheusAnalyst
 from llmfleet.operator.rollout import Verdict
 from tests.autoscaler.prom import Engine, Prometheus, Target
 from tests.gateway.servers import gateway
-from tests.net import free_port
+from tests.net import free_port, wait_for
 
 WINDOW_S = 6
 STABLE, CANARY = "stable0001", "canary0001"
@@ -111,9 +111,17 @@ def test_canary_and_stable_compared_over_the_same_window(
         for worker in workers:
             worker.start()
         try:
-            time.sleep(WINDOW_S + 2)
-            verdicts = {name: analyst.analyse(_spec(), "team", name, CANARY) for name in SERVICES}
-            figures = analyst.measure("team", "slow", CANARY, WINDOW_S)
+            time.sleep(WINDOW_S)
+
+            def analysed() -> tuple[dict[str, Any], dict[str, Any]] | None:
+                """Each service's verdict once every one has its requests (a loaded machine
+                serves fewer in the window: the test waits for them, it does not sample once)."""
+                found = {name: analyst.analyse(_spec(), "team", name, CANARY) for name in SERVICES}
+                figures = analyst.measure("team", "slow", CANARY, WINDOW_S)
+                enough = all(a.verdict != Verdict.WAIT for a in found.values())
+                return (found, figures) if enough and figures["canary"].requests >= 15 else None
+
+            verdicts, figures = wait_for(analysed, 60, "verdicts on enough requests", every=1)
             starved = analyst.analyse(_spec(minRequests=100_000), "team", "healthy", CANARY)
         finally:
             stop.set()

@@ -537,4 +537,9 @@ def _terminate(pids: dict[str, int], grace: float = 10) -> list[str]:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    # A killed process lives on until the kernel has released it (an etcd in an fsync): `down`
+    # returns once its ports and files are free, not as soon as the signal is sent.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids.values()):
+        time.sleep(0.1)
     return sorted(pids)
