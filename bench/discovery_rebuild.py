@@ -10,14 +10,16 @@ worker thread, diffs it with the current one for its log and swaps it in. This m
 rebuild, without a cluster, in the process of each revision (this checkout, and `--baseline`'s
 source roots run with PYTHONPATH as `_support.checkout` gives them), in turn for `--rounds`:
 - `--services` InferenceServices of one unified pool and their EndpointSlices of
-  `--pods-per-service` ready endpoints each, as discovery keeps them (`kept_service`,
-  `kept_slice`), held by a lister that returns them as the informers do (the same objects
-  until one changes);
-- `--changes` changes, one at a time: one slice replaced by a new object with one endpoint's
-  readiness flipped, then `KubeDiscovery.refresh()` awaited. Per change: its wall time, the
-  CPU time of the whole process, and the largest lag of the event loop meanwhile (a task asks
-  for a 1 ms sleep, again and again, and measures how much later it returns: what requests in
-  flight would have waited, the worker thread holding the GIL included).
+  `--pods-per-service` ready endpoints each, held by the revision's own `WatchedLister` over
+  two real informers (`llmfleet.core.informer`) wired as its `kubernetes_lister` wires them,
+  whose LIST and WATCH are served from memory (`_Server`);
+- `--changes` changes, one at a time: a MODIFIED event of one slice with one endpoint's
+  readiness flipped, applied by its informer, then `KubeDiscovery.refresh()` awaited (the
+  revision rebuilds what it rebuilds: the whole fleet before `kept_snapshot`, the touched service
+  with it). Per change: its wall time, the CPU time of the whole process, and
+  the largest lag of the event loop meanwhile (a task asks for a 1 ms sleep, again and again,
+  and measures how much later it returns: what requests in flight would have waited, the
+  worker thread holding the GIL included).
 Each change is also checked: the snapshot after it routes to exactly the new endpoints. Each
 revision's process has the switches its gateway sets (`as_the_gateway`: the GIL's switch
 interval since `gil_switch_interval_seconds`).
@@ -30,6 +32,7 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import statistics
 import subprocess
 import sys
@@ -53,20 +56,20 @@ def parse_args() -> argparse.Namespace:
 
 
 def fleet(services: int, pods: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """InferenceServices and EndpointSlices as discovery keeps them."""
-    from llmfleet.gateway.kube_discovery import kept_service, kept_slice  # noqa: PLC0415
-
+    """InferenceServices and EndpointSlices as the API server lists them (the informers keep
+    what discovery reads of them)."""
     found, slices = [], []
     for index in range(services):
         name = f"svc-{index:04d}"
-        found.append(kept_service({
+        found.append({
             "metadata": {"namespace": "bench", "name": name, "uid": f"uid-{index}",
-                         "generation": 1, "creationTimestamp": "2026-11-28T00:00:00Z"},
+                         "generation": 1, "creationTimestamp": "2026-11-28T00:00:00Z",
+                         "resourceVersion": "1"},
             "spec": {"model": {"name": "org/model", "servedName": f"model-{index}"},
                      "topology": {"unified": {"replicas": pods}}},
             "status": {"revision": "abc"},
-        }))  # fmt: skip
-        slices.append(kept_slice(endpoint_slice(index, [True] * pods)))
+        })  # fmt: skip
+        slices.append(endpoint_slice(index, [True] * pods))
     return found, slices
 
 
@@ -91,11 +94,48 @@ def as_the_gateway() -> None:
         process_wide(GatewaySettings())
 
 
+class _Server:
+    """One kind's LIST (`items`), then a WATCH yielding what is put in `events` (None ends it):
+    what the informers of discovery read, without an API server."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def list(self) -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": "1"}, "items": self.items}
+
+    def watch(self, version: str) -> Any:
+        while (event := self.events.get()) is not None:
+            yield event
+
+
+def _lister(services: list[dict[str, Any]], slices: list[dict[str, Any]]) -> Any:
+    """Discovery's `WatchedLister` over two real informers fed by `_Server`s, wired as the
+    revision's `kubernetes_lister` wires them (its change callbacks and slice index, where it
+    has them)."""
+    from llmfleet.core.informer import Informer  # noqa: PLC0415
+    from llmfleet.gateway import kube_discovery as kd  # noqa: PLC0415
+
+    changes = kd.Changes()
+    servers = _Server(services), _Server(slices)
+    by_slice = getattr(kd, "pool_of_slice", None)
+    informers = [
+        Informer("inferenceservices", servers[0].list, servers[0].watch,
+                 on_change=getattr(changes, "service", changes), transform=kd.kept_service),
+        Informer("endpointslices", servers[1].list, servers[1].watch,
+                 on_change=getattr(changes, "endpoint_slice", changes),
+                 transform=kd.kept_slice, **({"index": by_slice} if by_slice else {})),
+    ]  # fmt: skip
+    return kd.WatchedLister(informers, 30, changes), servers
+
+
 async def measure(args: argparse.Namespace) -> list[dict[str, float]]:
-    from llmfleet.gateway.kube_discovery import KubeDiscovery, kept_slice  # noqa: PLC0415
+    from llmfleet.gateway.kube_discovery import KubeDiscovery  # noqa: PLC0415
 
     services, slices = fleet(args.services, args.pods_per_service)
-    discovery = KubeDiscovery(lambda: (services, list(slices)))
+    lister, (_, slice_server) = _lister(services, slices)
+    discovery = KubeDiscovery(lister)
     await discovery.refresh()
     lags: list[float] = []
 
@@ -106,12 +146,21 @@ async def measure(args: argparse.Namespace) -> list[dict[str, float]]:
             await asyncio.sleep(0.001)
             lags.append(loop.time() - asked)
 
+    async def told(ready: list[bool], index: int, version: int) -> None:
+        """The slice event sent and applied by its informer (its change told)."""
+        seen = lister.changes.count
+        changed = endpoint_slice(index, ready)
+        changed["metadata"]["resourceVersion"] = str(version)
+        slice_server.events.put({"type": "MODIFIED", "object": changed})
+        while lister.changes.count == seen:
+            await asyncio.sleep(0.0005)
+
     sampler = asyncio.create_task(sample())
     found = []
     for change in range(args.changes):
         index = (change * 37) % args.services
         ready = [pod != change % args.pods_per_service for pod in range(args.pods_per_service)]
-        slices[index] = kept_slice(endpoint_slice(index, ready))
+        await told(ready, index, 2 * change + 2)
         await asyncio.sleep(0.02)
         lags.clear()
         started, cpu = time.perf_counter(), time.process_time()
@@ -122,9 +171,10 @@ async def measure(args: argparse.Namespace) -> list[dict[str, float]]:
             raise SystemExit(f"change {change}: {len(routed)} endpoints routed, {sum(ready)} ready")
         found.append({"wall": wall, "cpu": cpu, "lag": max(lags, default=0.0)})
         # back to all ready, unmeasured, so the next change starts from the whole fleet
-        slices[index] = kept_slice(endpoint_slice(index, [True] * args.pods_per_service))
+        await told([True] * args.pods_per_service, index, 2 * change + 3)
         await discovery.refresh()
     sampler.cancel()
+    slice_server.events.put(None)
     return found
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from llmfleet.crds import labels as L
 from llmfleet.gateway.discovery import Pool, Service, Split, StaticDiscovery, for_session
-from llmfleet.gateway.kube_discovery import changes, snapshot
+from llmfleet.gateway.from_objects import changes, snapshot
 from tests.gateway.servers import ThreadServer, gateway
 from tests.gateway.standin import StandIn
 from tests.gateway.test_kube_discovery import UNIFIED, endpoint_slice, service

@@ -7,22 +7,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from llmfleet.crds import labels as L
-from llmfleet.gateway.kube_discovery import (
-    Built,
-    Changes,
-    KubeDiscovery,
-    Specs,
-    changes,
-    kept_service,
-    kept_slice,
-    snapshot,
-)
+from llmfleet.gateway.from_objects import Built, Specs, changes, snapshot
+from llmfleet.gateway.kube_discovery import Changes, KubeDiscovery, kept_service, kept_slice
 
 
 def service(name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -434,15 +426,17 @@ def test_a_rebuild_after_one_change_makes_only_that_service_anew() -> None:
     assert snapshot(services, slices, specs=specs, built=built) == after
 
 
-def test_a_snapshot_from_what_was_built_is_the_snapshot_from_scratch() -> None:
-    """300 random changes (endpoints ready or not, slices split and removed, services added,
-    deleted, edited, a canary started, reweighted and ended, a topology switched, a model
-    name claimed twice), each snapshot with `Built` equal to one built from nothing."""
-    draw = random.Random(11)
-    seen = {"canaries": 0, "endpoints": 0, "disaggregated": 0}
+Objects = tuple[list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def random_walk(seed: int, steps: int) -> Iterator[tuple[int, Objects]]:
+    """A fleet of 12 through `steps` random changes (endpoints ready or not, slices split and
+    removed, services added, deleted, edited, a canary started, reweighted and ended, a
+    topology switched, a model name claimed twice), as informers hold it: an object changed is
+    a new object, one unchanged is the same."""
+    draw = random.Random(seed)
     services, slices = _fleet(12)
-    built, specs = Built(), Specs()
-    for step in range(300):
+    for step in range(steps):
         index = draw.randrange(len(services) + 2)
         name = f"s{index}"
         match draw.randrange(6):
@@ -481,6 +475,14 @@ def test_a_snapshot_from_what_was_built_is_the_snapshot_from_scratch() -> None:
                                             deletionTimestamp="2026-11-28T00:00:00Z"))  # fmt: skip
             case _:  # nothing: a rebuild with no change
                 pass
+        yield step, (services, slices)
+
+
+def test_a_snapshot_from_what_was_built_is_the_snapshot_from_scratch() -> None:
+    """Each snapshot of a random walk built with `Built` equals one built from nothing."""
+    seen = {"canaries": 0, "endpoints": 0, "disaggregated": 0}
+    built, specs = Built(), Specs()
+    for step, (services, slices) in random_walk(11, 300):
         whole = snapshot(services, slices)
         assert snapshot(services, slices, [], specs, built) == whole, step
         seen["canaries"] += sum(s.canary is not None for s in whole.values())
