@@ -155,7 +155,10 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
             [LAUNCHER, "serve", "--config", path],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env=built.env(),
+            # As the local sample's pods run it (core/local/samples/vllm-cpu.yaml): one OpenMP
+            # thread, unbound. vLLM's default binds a thread to every core, and on 2 cores its
+            # busy engine left the API server's /metrics unanswered for whole bursts (CI).
+            env={**built.env(), "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
             cwd=REPO,
         )
     found = Engine(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{side_port}", process, log)
