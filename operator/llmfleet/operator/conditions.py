@@ -18,7 +18,7 @@ from llmfleet.crds.gpus import GPU_PRODUCT_LABEL, GPU_TYPES, gpu_type_of
 from llmfleet.crds.inference_service import ConditionStatus
 from llmfleet.operator.budget import PoolTarget, gpus_held, limit_message
 from llmfleet.operator.failures import ChildFailure
-from llmfleet.operator.observed import Observed
+from llmfleet.operator.observed import Observed, parse_time
 from llmfleet.operator.pools import PoolAssignment
 from llmfleet.operator.prune import Pruning
 from llmfleet.operator.rollout import unknown_pause
@@ -249,7 +249,7 @@ def _metrics_missing(service: InferenceService, observed: Observed, now: datetim
         return None
     status = observed.autoscaling
     since_text = status.metrics_missing_since if status is not None else None
-    since = _parse(since_text)
+    since = parse_time(since_text)
     if since is None or (now - since).total_seconds() < after_seconds:
         return (ConditionStatus.FALSE, "SeriesArrive", "The engines' series reach Prometheus.")
     pools = ", ".join((status.metrics_missing_pools if status else None) or []) or "its pools"
@@ -271,7 +271,7 @@ def metrics_missing_in(
     the plan's requeue; None when it is not on its way (no autoscaling, series arriving, or
     True already)."""
     status = observed.autoscaling
-    since = _parse(status.metrics_missing_since if status is not None else None)
+    since = parse_time(status.metrics_missing_since if status is not None else None)
     if not service.spec.autoscaling.enabled or since is None:
         return None
     left = after_seconds - (now - since).total_seconds()
@@ -325,15 +325,6 @@ def _rollout_annotation(service: InferenceService, observed: Observed) -> Said |
         "read: the rollout is not paused. Write \"true\" to hold the canary at its step, or "
         "\"false\" (or remove the annotation) to let it go on.",
     )  # fmt: skip
-
-
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def conditions(

@@ -111,7 +111,8 @@ class Observed:
         return sum(1 for pod in self.pods if pod.pool not in pools and not pod.terminating)
 
 
-def _parse_time(value: str | None) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time as the API server writes it; None for none or one that does not parse."""
     if not value:
         return None
     try:
@@ -138,13 +139,13 @@ def observed_pod(pod: Mapping[str, Any]) -> ObservedPod:
     return ObservedPod(
         name=meta["name"],
         pool=labels.get(L.POOL, ""),
-        created=_parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
+        created=parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
         ready=ready.get("status") == "True",
         serving=serving in ("true", L.SERVING_CANARY),
         serving_value=serving if serving == L.SERVING_CANARY else "true",
         deployment=labels.get(L.DEPLOYMENT),
         terminating=meta.get("deletionTimestamp") is not None,
-        demoted_at=_parse_time(annotations.get(L.DEMOTED_AT)),
+        demoted_at=parse_time(annotations.get(L.DEMOTED_AT)),
         deletion_cost=int(cost) if cost and cost.lstrip("-").isdigit() else None,
         unschedulable=unschedulable,
     )
