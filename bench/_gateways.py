@@ -66,11 +66,16 @@ class Replica:
     (a commit's source roots, `control_plane_scale.checkout`) that commit's gateway."""
 
     def __init__(self, kubeconfig: Path, namespace: str, log: Path,
-                 source: Path | None = None) -> None:  # fmt: skip
+                 source: Path | None = None, stalls: Path | None = None) -> None:  # fmt: skip
         self.port = free_port()
         self.log = log
-        command = [sys.executable, "-m", "llmfleet.core.cli", "gateway", "--kubeconfig",
-                   str(kubeconfig), "--namespace", namespace, "--port", str(self.port)]  # fmt: skip
+        self.stalls = stalls
+        run = [sys.executable, "-m", "llmfleet.core.cli"]
+        if stalls is not None:  # run through the stall probe, writing to `stalls`
+            run = [sys.executable, str(Path(__file__).with_name("_stall_probe.py")), str(stalls),
+                   "--"]  # fmt: skip
+        command = [*run, "gateway", "--kubeconfig", str(kubeconfig), "--namespace", namespace,
+                   "--port", str(self.port)]  # fmt: skip
         # The pod network is allowed: it exists only in the run's namespace (_fleet_load.py).
         env = {**os.environ, "LLMFLEET_LOOPBACK_ONLY": "true",
                loopback.NETWORKS_ENV: local.POD_NETWORK}  # fmt: skip

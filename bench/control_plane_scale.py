@@ -14,7 +14,7 @@ request's User-Agent, verb and resource: `_audit.py`) and reports them per secon
     llmfleet isolated -- python bench/control_plane_scale.py --services 20 --pods-per-service 2 \\
         [--baseline main] [--idle-seconds 60] [--resync-seconds 10] [--gateways 2] \\
         [--changes 50] [--no-autoscaler] [--load-rate 600] [--load-seconds 30] \\
-        [--kubeconfig FILE]
+        [--kubeconfig FILE] [--no-plain] [--stall-probe DIR]
 
 With this checkout's operator, `--gateways` gateway replicas (2 by default) discover the
 services too (`_gateways.py`), and the run reports: the time until each routes to every
@@ -38,6 +38,12 @@ the same through replicas of a fleet of 10 services beside it (`_fleet_load.py`:
 engine answers for every pod IP, inside the run's own network namespace): latency p50/p99,
 event-loop lag, CPU and engine scrapes of each.
 
+`--stall-probe DIR` runs the first fleet's gateway replicas through `_stall_probe.py` (its
+records in DIR/stalls-N.jsonl) and prints, for the changes and the load, the event-loop stalls
+of at least 5 ms it saw with what held them (the probe costs CPU: a diagnosis, not figures to
+quote). `--no-plain` leaves out the plain
+Deployments (no idle column for them: a quicker run for such a diagnosis).
+
 `apiserver_request_total` has no user agent, so its table is the whole API server's; the
 by-component table splits it (a cluster given with `--kubeconfig` has no audit log we can
 read: that table is left out). The idle window should span several of the operator's resync
@@ -58,6 +64,7 @@ from collections import Counter
 from pathlib import Path
 
 import _audit
+import _stall_probe
 import psutil
 import yaml
 from _autoscaler import figures as autoscaler_figures
@@ -93,6 +100,8 @@ BASELINE_SETTLE_SECONDS = 20.0
 """How long the baseline's gateways get to discover the fleet before the idle window."""
 IDLE_WINDOWS: list[tuple[float, float]] = []
 """Each `idle_rates` window in wall-clock time, in the order of the report's columns."""
+STALLS: list[str] = []
+"""With `--stall-probe`: lines on the stalls its replicas saw, printed after the report."""
 
 
 def requests(kubeconfig: Path) -> Counts:
@@ -239,7 +248,8 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
     ready: dict[str, float] = {}
     rows: Rows = {}
 
-    ready["plain Deployments"], columns["plain Deployments"] = plain(kubeconfig, args)
+    if args.plain:
+        ready["plain Deployments"], columns["plain Deployments"] = plain(kubeconfig, args)
 
     for manifest in sorted(render.MANIFESTS_DIR.glob("*.yaml")):
         kubectl(kubeconfig, "apply", "--server-side", "-f", str(manifest))
@@ -343,7 +353,8 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
     """Start the gateway replicas; their discovery, the idle window's request rates (returned),
     the changes, and a replica restarted."""
     total = args.services * args.pods_per_service
-    replicas = [Replica(kubeconfig, namespace, workdir / f"gateway-{i}.log")
+    replicas = [Replica(kubeconfig, namespace, workdir / f"gateway-{i}.log",
+                        stalls=args.stall_probe / f"stalls-{i}.jsonl" if args.stall_probe else None)
                 for i in range(args.gateways)]  # fmt: skip
     each = " / ".join
     try:
@@ -354,6 +365,7 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         rates = idle_window(kubeconfig, replicas, args, rows=rows, label=label)
         if args.changes:
             print(f"{args.changes} replica changes, one at a time ...", flush=True)
+            since = time.time()
             texts = [r.metrics() for r in replicas]
             before = [lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
             own_before = [own_lag_buckets(r, t) for r, t in zip(replicas, texts, strict=True)]
@@ -380,13 +392,16 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
                 label,
                 each(cpu_wait_ms(texts[i], after[i]) for i in range(len(replicas))),
             )
+            stalls(replicas, "the changes", since, time.time())
         # After the changes: the load gives every service its own series, and the changes'
         # polls read each gateway's /metrics, megabytes once they exist.
         if args.load_rate > 0:
+            since = time.time()
             try:
                 loaded(kubeconfig, replicas, args, workdir=workdir, rows=rows, label=label)
             except (Exception, SystemExit) as error:  # the other figures still get reported
                 figure(rows, "under load: failed", label, repr(error)[:200])
+            stalls(replicas, "the load (both fleets' windows)", since, time.time())
         replicas[0].stop()
         replicas[0] = Replica(kubeconfig, namespace, workdir / "gateway-0-restarted.log")
         # An odd number of changes leaves the last one's pod added (`change_latencies`).
@@ -402,6 +417,18 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
     finally:
         for replica in replicas:
             replica.stop()
+
+
+def stalls(replicas: list[Replica], phase: str, since: float, until: float) -> None:
+    """Keep the probed replicas' stalls in [since, until] for the report (`--stall-probe`)."""
+    for index, replica in enumerate(replicas):
+        if replica.stalls is not None:
+            STALLS.append(
+                f"gateway {index}, during {phase}: "
+                + "\n".join(
+                    _stall_probe.summary(_stall_probe.read(str(replica.stalls)), since, until)
+                )
+            )
 
 
 def idle_window(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, *,
@@ -528,6 +555,9 @@ def report(args: argparse.Namespace, columns: dict[str, dict[tuple[str, str], fl
     for name, values in rows.items():
         print(f"{name:60}" + "".join(f"{values.get(n, '-'):>28}" for n in names))
     print(*_audit.section(args.audit_log, dict(zip(names, IDLE_WINDOWS, strict=True))), sep="\n")
+    if STALLS:
+        print("\nevent-loop stalls seen by the probe (_stall_probe.py; it costs CPU itself)")
+        print(*STALLS, sep="\n")
 
 
 def main() -> None:
@@ -553,7 +583,21 @@ def main() -> None:
         help="the autoscaler with a Prometheus holding the series (_autoscaler.py)",
     )
     parser.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a new one")
+    parser.add_argument(
+        "--plain",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the plain Deployments' column (same pods, no operator)",
+    )
+    parser.add_argument(
+        "--stall-probe",
+        type=Path,
+        metavar="DIR",
+        help="run the gateways through _stall_probe.py, its records kept in DIR",
+    )
     args = parser.parse_args()
+    if args.stall_probe:
+        args.stall_probe.mkdir(parents=True, exist_ok=True)
     problem = netns.isolation_problem()
     if problem is not None:
         sys.exit(f"control_plane_scale: {problem}")

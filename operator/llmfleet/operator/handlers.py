@@ -196,7 +196,10 @@ def _without_finalizer(registry: kopf.OperatorRegistry) -> None:
     Nothing needs it: children are removed by the garbage collector through owner references,
     and a finalizer would block `kubectl delete` (and namespace deletion) whenever the operator
     is down or misses the deletion. kopf offers no switch, so the registered handler is
-    replaced by a copy that does not require one.
+    replaced by a copy that does not require one. kopf will not offer one: its maintainer
+    declined it on purpose (nolar/kopf#896, 2026-03; #1183 closed), as kopf's promise is to
+    stop a daemon before its object is gone. This loop needs no such promise: it ends on
+    `Gone` or when cancelled, and reads nothing from the object's body after it is deleted.
 
     The loops stay kopf daemons for what only daemons get: kopf stops them on a replica that
     peering pauses (a peer of higher priority came), which is what keeps two operator replicas
