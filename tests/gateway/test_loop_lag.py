@@ -176,14 +176,14 @@ def test_metrics_are_rendered_off_the_event_loop() -> None:
     app = create_app(GatewaySettings(), discovery=StaticDiscovery({}))
     metrics = app.state.metrics
     rendered_in: list[str] = []
-    render = metrics.exposition
+    render = metrics.exposition_chunks
 
-    def recording(pace: Pace | None = None, names: Collection[str] = ()) -> bytes:
+    def recording(pace: Pace, names: Collection[str] = ()) -> list[bytes]:
         rendered_in.append(threading.current_thread().name)
         assert pace is not None  # paced, so the loop keeps the GIL (`metrics.Pace`)
         return render(pace, names)
 
-    metrics.exposition = recording  # type: ignore[method-assign]
+    metrics.exposition_chunks = recording  # type: ignore[method-assign]
     with ThreadServer(app) as server:
         assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
         text = httpx.get(f"{server.url}/metrics", timeout=5).text

@@ -3,12 +3,16 @@ rendering, with the render thread asleep between slices, so the event loop keeps
 
 from __future__ import annotations
 
+import httpx
 import prometheus_client
 import pytest
+from fastapi import FastAPI
 
+from llmfleet.gateway import app as app_module
 from llmfleet.gateway import metrics as metrics_module
 from llmfleet.gateway.metrics import GatewayMetrics, Pace
 from llmfleet.gateway.pool_metrics import PoolSeries
+from tests.gateway.servers import ThreadServer
 
 
 def _fleet_metrics(pools: int) -> GatewayMetrics:
@@ -49,7 +53,7 @@ def test_the_render_sleeps_between_slices(monkeypatch: pytest.MonkeyPatch) -> No
     """With no work allowed per slice, it pauses at every look at the clock: every
     `check_every` samples of a family as they are made (a labelled metric's own `collect()`
     would make them all at once, 45-65 ms at 1,000 pools) and as they are rendered, and after
-    each family; the per-pool series (`PoolSeries.text`) after each pool in each family."""
+    each family; the per-pool series (`PoolSeries.pieces`) after each pool in each family."""
     slept: list[float] = []
     monkeypatch.setattr(metrics_module.time, "sleep", slept.append)
     found = _fleet_metrics(50)
@@ -64,3 +68,37 @@ def test_the_render_sleeps_between_slices(monkeypatch: pytest.MonkeyPatch) -> No
     slept.clear()
     found.exposition(Pace(work_seconds=3600, check_every=16))  # one slice: no pause
     assert slept == []
+
+
+def test_the_render_comes_in_chunks_that_join_into_the_plain_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Never one buffer of the whole exposition (at 1,000 pools a 4-5 ms join that held the
+    event loop): chunks of at least `chunk_bytes` (the last may be less), in order."""
+    monkeypatch.setattr(metrics_module.time, "sleep", lambda _: None)
+    found = _fleet_metrics(50)
+    plain = found.exposition()
+    chunks = found.exposition_chunks(Pace(work_seconds=0, chunk_bytes=4096))
+    assert b"".join(chunks) == plain
+    assert len(chunks) > 5
+    assert all(len(chunk) >= 4096 for chunk in chunks[:-1])
+    assert found.exposition_chunks(Pace(work_seconds=0), ["llmfleet_gateway_requests"]) == [
+        found.exposition(names=["llmfleet_gateway_requests"])
+    ]
+
+
+def test_metrics_route_sends_the_chunks_as_one_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/metrics over HTTP: the chunks one after another, with the whole body's length."""
+    monkeypatch.setattr(metrics_module.time, "sleep", lambda _: None)
+    monkeypatch.setattr(app_module, "PACE", Pace(work_seconds=0, chunk_bytes=4096))
+    found = _fleet_metrics(50)
+    app = FastAPI()
+    app_module._metrics_route(app, found)
+    with ThreadServer(app) as served, httpx.Client(base_url=served.url) as client:
+        answer = client.get("/metrics")
+        one = client.get("/metrics", params={"name[]": "llmfleet_gateway_requests"})
+    assert answer.status_code == 200
+    assert answer.content == found.exposition()
+    assert int(answer.headers["content-length"]) == len(answer.content)
+    assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert one.content == found.exposition(names=["llmfleet_gateway_requests"])

@@ -409,15 +409,27 @@ def _metrics_route(app: FastAPI, metrics: GatewayMetrics) -> None:
         # Paced (`metrics.Pace`), with the collector paused meanwhile
         # (`gc_pauses.collector_paused`).
         # ?name[]=... (as prometheus_client's own handler): only those families.
+        # Sent in chunks (`Pace.chunk_bytes`), never joined into one buffer.
         names = request.query_params.getlist("name[]")
         metrics.forget_gone_pools()  # a deleted service's series end here
-        body = await asyncio.to_thread(_exposition, metrics, names)
-        return Response(body, media_type="text/plain; version=0.0.4")
+        chunks = await asyncio.to_thread(_exposition, metrics, names)
+        media_type = "text/plain; version=0.0.4"
+        if len(chunks) == 1:
+            return Response(chunks[0], media_type=media_type)
+
+        async def body() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+        length = sum(len(chunk) for chunk in chunks)
+        return StreamingResponse(
+            body(), media_type=media_type, headers={"content-length": str(length)}
+        )
 
 
-def _exposition(metrics: GatewayMetrics, names: list[str]) -> bytes:
+def _exposition(metrics: GatewayMetrics, names: list[str]) -> list[bytes]:
     with collector_paused():
-        return metrics.exposition(PACE, names)
+        return metrics.exposition_chunks(PACE, names)
 
 
 class _KeyGuard:
