@@ -86,7 +86,11 @@ def test_the_gateway_freezes_again_once_discovery_is_ready(
             assert httpx.get(f"{server.url}/readyz", timeout=5).status_code == 503
             assert said() == []  # not before discovery is ready
             discovery.now_ready = True
-            (line,) = wait_for(lambda: said() or None, 10, "the freeze with the fleet")
+            # /readyz says ready only once the fleet's routing state is made and frozen (it
+            # held the loop ~100 ms at 1,000 services: no routed request should wait it out)
+            wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200
+                     or None, 10, "/readyz to say ready")  # fmt: skip
+            (line,) = said()
             # the pool's routing state was made before the freeze, no request needed
             state = server.server.config.app.state  # type: ignore[union-attr]
             assert "http://127.0.0.1:9" in state.table._states
