@@ -9,7 +9,9 @@ the watcher then takes, every tick until the loop runs again,
 - the Python stack of every thread (`sys._current_frames`: where the loop thread is, and what
   the others run meanwhile);
 - from Linux's per-thread `schedstat`, the CPU time each thread of the process ran and the time
-  it waited on a run queue (for a CPU) from the last tick before the stall to its end.
+  it waited on a run queue (for a CPU) from the last tick before the stall until the watcher
+  saw it end (`window_ms`, longer than the stall when the watcher too waited for the GIL).
+A loop thread that neither ran nor waited for a CPU through a stall was waiting for the GIL.
 A thread that ran during the stall while the loop thread did not is the one that held the GIL;
 a thread that waited for a CPU meanwhile may have been descheduled holding it.
 
@@ -40,7 +42,7 @@ THRESHOLD = 0.003
 """A stamp older than this is a stall (three ticks missed)."""
 RECORD = 0.005
 """Stalls at least this long are written (the issue's lag goal)."""
-FRAMES = 6
+FRAMES = 10
 """Innermost frames kept per stack."""
 
 
@@ -123,7 +125,7 @@ class Probe:
     def _watch(self) -> None:
         me = threading.get_ident()
         tasks = _Tasks()
-        before = tasks.schedstat()
+        before, before_at = tasks.schedstat(), time.perf_counter()
         stall: dict[str, Any] | None = None
         ticks = 0
         while True:
@@ -131,8 +133,8 @@ class Probe:
             late = time.perf_counter() - self.stamp
             if late > THRESHOLD:
                 if stall is None:
-                    stall = {"from": self.stamp, "wall": time.time() - late,
-                             "before": before, "stacks": Counter()}  # fmt: skip
+                    stall = {"from": self.stamp, "wall": time.time() - late, "before": before,
+                             "before_at": before_at, "stacks": Counter()}  # fmt: skip
                 # The loop thread's stack always; another's only while it runs or waits for
                 # a CPU (threads asleep in a socket read are not what holds the loop).
                 runnable = tasks.runnable()
@@ -151,7 +153,7 @@ class Probe:
             ticks += 1
             if ticks % 500 == 0:
                 tasks.refresh()
-            before = tasks.schedstat()
+            before, before_at = tasks.schedstat(), time.perf_counter()
 
     def _write(self, stall: dict[str, Any], seconds: float,
                after: dict[int, tuple[int, int]]) -> None:  # fmt: skip
@@ -166,8 +168,12 @@ class Probe:
                     "ran_ms": round((ran - ran0) / 1e6, 2),
                     "waited_ms": round((waited - waited0) / 1e6, 2),
                 }
+        # The times are over a window from before the stall to when this thread saw it end,
+        # which can be later than the end when the GIL kept it waiting too.
+        window = time.perf_counter() - stall["before_at"]
         record = {"wall": round(stall["wall"], 3), "ms": round(seconds * 1000, 1),
-                  "threads": threads, "stacks": stall["stacks"].most_common(12)}  # fmt: skip
+                  "window_ms": round(window * 1000, 1), "threads": threads,
+                  "stacks": stall["stacks"].most_common(12)}  # fmt: skip
         with open(self.out, "a") as file:
             file.write(json.dumps(record) + "\n")
 
@@ -204,7 +210,7 @@ def summary(stalls: list[dict[str, Any]], since: float, until: float, top: int =
         busy = sorted(stall["threads"].items(),
                       key=lambda kv: -kv[1]["ran_ms"] - kv[1]["waited_ms"])  # fmt: skip
         lines.append(
-            f"  {stall['ms']} ms: "
+            f"  {stall['ms']} ms (times over {stall.get('window_ms', '?')} ms): "
             + "; ".join(f"{name} ran {t['ran_ms']} waited {t['waited_ms']}" for name, t in busy[:4])
         )
         for stack, ticks in stall["stacks"][:4]:
