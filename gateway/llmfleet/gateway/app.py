@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import anyio
 import httpx
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -293,6 +294,11 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # anyio imports its asyncio backend at first use: the first streamed answer's task
+        # group (starlette's StreamingResponse), 15-35 ms on the event loop in the middle of
+        # traffic at 1,000 x 10 (bench/_stall_probe.py). Loaded now, before the first request
+        # (anyio comes with starlette).
+        await anyio.sleep(0)
         await source.start()
         scraping = asyncio.create_task(scraper.forever())
         freezing = _freeze(settings, source, refreezer, forwarder=forwarder, table=table,
