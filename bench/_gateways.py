@@ -97,6 +97,14 @@ class Replica:
         except (urllib.error.URLError, OSError):
             return ""
 
+    def ready(self) -> bool:
+        """Whether its /readyz answers 200 (discovered, and its routing state made)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
     def value(self, name: str, text: str | None = None) -> float | None:
         """The sample `name` (with its labels, as exposed) of /metrics; None when absent."""
         return sample(self.metrics() if text is None else text, name)

@@ -20,8 +20,10 @@ With this checkout's operator, `--gateways` gateway replicas (2 by default) disc
 services too (`_gateways.py`), and the run reports: the time until each routes to every
 endpoint, their CPU over the idle window, peak RSS and largest event-loop lag; then `--changes`
 replica changes, one at a time, timed from the patch to the operator's Deployment, to the
-EndpointSlices and to every gateway; then a gateway and the operator restarted, timed until
-they act again. Each operator's reconcile p50/p99, CPU and peak RSS are read too.
+EndpointSlices and to every gateway; then a gateway restarted, timed until it routes to all,
+with its loop lag before and after its /readyz says ready. Each operator (the baseline's too)
+is restarted with a change made at its start, timed until it acts on it; its reconcile p50/p99,
+CPU and peak RSS are read too.
 
 Then, unless `--no-autoscaler`, autoscaling is turned on for every service (bounded to its
 pods, so the pod counts stay) and `llmfleet autoscaler` runs against a Prometheus that scrapes
@@ -297,9 +299,8 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
             figure(rows, "operator CPU over the idle window [s]", label,
                    f"{operator.cpu_seconds() - cpu:.1f}")  # fmt: skip
             figure(rows, "operator peak RSS [MiB]", label, f"{operator.peak_rss_mib():.0f}")
-            if source is None:
-                operator = restarted(kubeconfig, namespace, operator, args=args, workdir=workdir,
-                                      rows=rows, label=label)  # fmt: skip
+            operator = restarted(kubeconfig, namespace, operator, source, args=args,
+                                 workdir=workdir, rows=rows, label=label)  # fmt: skip
             if source is None and args.autoscaler:
                 found = autoscaler_figures(kubeconfig, namespace, args, workdir / "autoscaler")
                 for name, value in found:
@@ -407,6 +408,7 @@ def with_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace, *,
         # An odd number of changes leaves the last one's pod added (`change_latencies`).
         (again,) = wait_discovered(replicas[:1], args.services, total + args.changes % 2)
         figure(rows, "gateway restarted: until routing to all [s]", label, f"{again:.1f}")
+        restarted_lag(replicas[0], rows=rows, label=label)
         lag = [(r.value("llmfleet_gateway_event_loop_lag_max_seconds") or 0.0) * 1000
                for r in replicas]  # fmt: skip
         figure(rows, "gateways: largest event-loop lag [ms] (1st restarted)", label,
@@ -444,6 +446,27 @@ def idle_window(kubeconfig: Path, replicas: list[Replica], args: argparse.Namesp
     figure(rows, "gateways: peak RSS after the idle window [MiB]", label,
            each(f"{r.peak_rss_mib():.0f}" for r in replicas))  # fmt: skip
     return rates
+
+
+RESTARTED_WATCH_SECONDS = 10.0
+"""How long the restarted gateway's loop lag is watched after its /readyz first says ready."""
+
+
+def restarted_lag(replica: Replica, *, rows: Rows, label: str) -> None:
+    """The restarted replica's loop lag split where its /readyz is first seen to answer 200
+    (polled every 0.1 s): before it (discovery of the whole fleet, the routing state's warm-up:
+    no request is routed to it yet) and the `RESTARTED_WATCH_SECONDS` after it. Its largest lag
+    since it started, the row after this, counts both."""
+    wait("the restarted gateway's /readyz", replica.ready, timeout=120, every=0.1)
+    text = replica.metrics()
+    whole, own = lag_buckets(replica, text), own_lag_buckets(replica, text)
+    time.sleep(RESTARTED_WATCH_SECONDS)
+    text = replica.metrics()
+    after, own_after = lag_buckets(replica, text), own_lag_buckets(replica, text)
+    figure(rows, "gateway restarted: lag max until ready / 10 s after [ms]", label,
+           f"{lag_largest({}, whole)} / {lag_largest(whole, after)}")  # fmt: skip
+    figure(rows, "  the same, own lag [ms]", label,
+           f"{lag_largest({}, own)} / {lag_largest(own, own_after)}")  # fmt: skip
 
 
 def idle_gateways(kubeconfig: Path, namespace: str, args: argparse.Namespace,
@@ -504,13 +527,15 @@ def loaded(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, 
         engine.stop()
 
 
-def restarted(kubeconfig: Path, namespace: str, operator: Operator, *, args: argparse.Namespace,
-              workdir: Path, rows: Rows, label: str) -> Operator:  # fmt: skip
-    """The operator stopped and started again; a change made at its start (to the last service,
-    which the timed changes leave alone) is timed until its Deployment has it."""
+def restarted(kubeconfig: Path, namespace: str, operator: Operator, source: Path | None, *,
+              args: argparse.Namespace, workdir: Path, rows: Rows,
+              label: str) -> Operator:  # fmt: skip
+    """The operator (this checkout's, or with `source` a baseline's) stopped and started again;
+    a change made at its start (to the last service by name, which the timed changes leave
+    alone) is timed until its Deployment has it."""
     operator.stop()
-    fresh = Operator(kubeconfig, [namespace], workdir / "operator-restarted.log",
-                     args.resync_seconds, None)  # fmt: skip
+    fresh = Operator(kubeconfig, [namespace], workdir / f"operator-restarted-{namespace}.log",
+                     args.resync_seconds, source)  # fmt: skip
     target = args.pods_per_service + 1
     patch = f'{{"spec":{{"topology":{{"unified":{{"replicas":{target}}}}}}}}}'
     last = f"svc-{args.services - 1:04d}"

@@ -78,3 +78,32 @@ def test_every_problem_of_the_launcher_has_a_rule() -> None:
         assert found, sample
         for problem in found:
             assert any(rule.refuses(problem) for rule in rules), problem
+
+
+def test_a_spec_is_checked_against_the_launcher_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every extraArgs rule (one per `engine_args_cel.rules()`) reads the launcher's problems of
+    the same words: validating a spec asks the launcher once, not once per rule (the gateway
+    validates 1,000 specs when it starts, on a thread that shares the GIL with its event loop:
+    bench/spec_validation.py), and a spec whose words or typed fields differ is asked anew."""
+    from llmfleet.crds import inference_service  # noqa: PLC0415
+    from llmfleet.crds.inference_service import InferenceService  # noqa: PLC0415
+
+    inference_service._extra_args_problems.cache_clear()  # what other tests left there
+    calls: list[list[str]] = []
+    problems = engine_args.problems
+
+    def counted(words: list[str], fields: engine_args.TypedFields) -> list[str]:
+        calls.append(words)
+        return problems(words, fields)
+
+    monkeypatch.setattr(engine_args, "problems", counted)
+    assert len(engine_args_cel.rules()) > 10
+    spec = {"model": {"name": "org/once"}, "runtime": {"extraArgs": ["--seed", "7"]}}
+    InferenceService.model_validate({"metadata": {}, "spec": spec})
+    assert calls == [["--seed", "7"]]
+    InferenceService.model_validate({"metadata": {}, "spec": {**spec, "model": {"name": "x/y"}}})
+    assert len(calls) == 1  # the same words and typed fields: the same problems
+    refused = {**spec, "runtime": {"maxNumSeqs": 9, "extraArgs": ["--max-num-batched-tokens", "4"]}}
+    with pytest.raises(ValueError, match="max-num-batched-tokens"):
+        InferenceService.model_validate({"metadata": {}, "spec": refused})
+    assert calls[1:] == [["--max-num-batched-tokens", "4"]]

@@ -61,3 +61,23 @@ def test_a_wake_sets_a_running_loop_s_event_and_keeps_nothing_for_others() -> No
         assert ("ns", "gone") not in triggers._events
 
     asyncio.run(run())
+
+
+def test_a_pass_takes_an_edit_once_and_the_first_pass_reads_the_status() -> None:
+    async def run() -> None:
+        triggers = Triggers()
+        acted = {"metadata": {"generation": 3}, "status": {"observedGeneration": 3}}
+        edited_while_down = {"metadata": {"generation": 4}, "status": {"observedGeneration": 3}}
+        triggers.fire("ns", "old", generation=3)  # first sight sets `edited` for every service
+        triggers.fire("ns", "new", generation=4)
+        assert not triggers.take_edit("ns", "old", acted)
+        assert triggers.take_edit("ns", "new", edited_while_down)
+        assert not triggers.take_edit("ns", "new", edited_while_down)  # taken: the status lags
+        triggers.fire("ns", "old")  # a pod event
+        assert not triggers.take_edit("ns", "old", acted)
+        triggers.fire("ns", "old", generation=5)
+        assert triggers.take_edit("ns", "old", acted)
+        triggers.forget("ns", "old")  # deleted; a service of the same name starts anew
+        assert triggers.take_edit("ns", "old", {"metadata": {"generation": 1}})
+
+    asyncio.run(run())

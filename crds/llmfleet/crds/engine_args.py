@@ -17,6 +17,7 @@ must agree with the spec's typed field that sets it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -374,13 +375,20 @@ def first_value(arg: Arg) -> str:
     return arg.values[0] if arg.values else ""
 
 
+@functools.lru_cache(maxsize=64)
+def _flag_pattern(flag: str) -> re.Pattern[str]:
+    """`word_regex([flag])` compiled, once per flag: an admission check of one spec reads the
+    same few flags dozens of times."""
+    return re.compile(word_regex([flag]))
+
+
 def first_values(words: list[str], flag: str) -> list[str]:
     """The first value of each option word that reads as `flag` ('' without one), word by word
     as the CEL rules read them (`engine_args_cel.first_values`): whatever the list starts with."""
-    regex = word_regex([flag])
+    pattern = _flag_pattern(flag)
     found = []
     for i, word in enumerate(words):
-        if re.match(regex, word) is None:
+        if pattern.match(word) is None:
             continue
         if "=" in word:
             found.append(word.partition("=")[2])

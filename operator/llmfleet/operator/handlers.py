@@ -1,12 +1,13 @@
 """kopf registrations (thin): one reconcile loop per InferenceService, woken by changes.
 
-Each service gets an async daemon that runs a reconcile pass (in a small thread pool), then
-sleeps until a change wakes it (to the service, seen by kopf's watch and by the watches that
-feed the passes' reads, `watched.py`; to one of its children or pods, seen by the latter), or
-the requeue delay passes; with neither, it looks every resync period and runs a pass only when
-its full resync is due (`pacing.py`). A pass that fails as a whole waits out an
-exponential back-off (or the API server's Retry-After, when it throttled the pass: `Transient`;
-no pass sleeps in its thread), cut short only by an edit of the service's spec.
+Each service gets an async daemon that runs a reconcile pass (in a few threads, the passes of
+edited services first: `passes.py`), then sleeps until a change wakes it (to the service, seen
+by kopf's watch and by the watches that feed the passes' reads, `watched.py`; to one of its
+children or pods, seen by the latter), or the requeue delay passes; with neither, it looks
+every resync period and runs a pass only when its full resync is due (`pacing.py`). A pass
+that fails as a whole waits out an exponential back-off (or the API server's Retry-After, when
+it throttled the pass: `Transient`; no pass sleeps in its thread), cut short only by an edit of
+the service's spec.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -27,6 +28,7 @@ from llmfleet.operator.failures import requeue_delay
 from llmfleet.operator.kube import CHILD_KINDS
 from llmfleet.operator.login import login
 from llmfleet.operator.pacing import Pacing
+from llmfleet.operator.passes import Passes, unobserved
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.watched import Watched
 
@@ -45,6 +47,7 @@ class Triggers:
         self._events: dict[tuple[str, str], asyncio.Event] = {}
         self._edits: dict[tuple[str, str], asyncio.Event] = {}
         self._generations: dict[tuple[str, str], int] = {}
+        self._passed: set[tuple[str, str]] = set()
 
     def get(self, namespace: str, name: str) -> asyncio.Event:
         return self._events.setdefault((namespace, name), asyncio.Event())
@@ -61,6 +64,18 @@ class Triggers:
             self._generations[key] = generation
             self.edited(namespace, name).set()
 
+    def take_edit(self, namespace: str, name: str, body: Mapping[str, Any]) -> bool:
+        """Whether the pass about to run is the first since an edit of the spec (`edited`,
+        cleared now). At a loop's first pass `edited` is set for every service (first sight),
+        so there the service's status says it: an edit no pass has acted on (made while no
+        operator ran), or a new service."""
+        key = (namespace, name)
+        edits = self.edited(namespace, name)
+        edited = edits.is_set() if key in self._passed else unobserved(body)
+        self._passed.add(key)
+        edits.clear()
+        return edited
+
     def wake(self, namespace: str, name: str) -> None:
         """Wake the service's loop if it runs (a pod or child changed); nothing otherwise: a
         loop that starts later runs its first pass anyway."""
@@ -71,6 +86,7 @@ class Triggers:
     def forget(self, namespace: str, name: str) -> None:
         for events in (self._events, self._edits, self._generations):
             events.pop((namespace, name), None)
+        self._passed.discard((namespace, name))
 
     async def back_off(self, namespace: str, name: str, delay: float) -> None:
         """Wait out a failed pass's back-off, or less if the spec is edited meanwhile (the edit
@@ -85,9 +101,10 @@ def build_registry(
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     triggers = Triggers()
-    # Reconcile passes are short blocking calls; a pool of our own keeps them from starving
-    # kopf's executor (a thread per service would stall every handler past a few services).
-    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
+    # Reconcile passes are short blocking calls; threads of our own keep them from starving
+    # kopf's executor (a thread per service would stall every handler past a few services),
+    # and give a pass of an edited service the first free one (`passes.py`).
+    passes = Passes(workers, reconciler.metrics.passes_waiting)
 
     kopf.on.login(registry=registry)(login)
 
@@ -108,7 +125,7 @@ def build_registry(
     @kopf.on.cleanup(registry=registry)
     def shutdown(**_: Any) -> None:
         watched.stop()
-        executor.shutdown(wait=False, cancel_futures=True)
+        passes.shutdown()
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)
     async def service_loop(
@@ -128,11 +145,9 @@ def build_registry(
         try:
             while not stopped:
                 wake.clear()
-                triggers.edited(namespace, name).clear()
+                edited = triggers.take_edit(namespace, name, body)
                 try:
-                    requeue = await loop.run_in_executor(
-                        executor, reconciler.reconcile, namespace, name
-                    )
+                    requeue = await passes.run(reconciler.reconcile, namespace, name, edited=edited)
                     failures = 0
                 except Gone:
                     return  # deleted: owner references let the garbage collector finish

@@ -19,6 +19,13 @@ class OperatorMetrics:
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 1.5, 2, 3, 5, 10),
             registry=self.registry,
         )
+        self.passes_waiting = Gauge(
+            "llmfleet_operator_passes_waiting",
+            "Reconcile passes due that wait for one of the operator's pass threads (those of "
+            "edited services go first): a backlog that stays up means passes come faster "
+            "than the threads run them.",
+            registry=self.registry,
+        )
         self.pod_changes = Counter(
             "llmfleet_operator_pod_changes_total",
             "Serving-label flips: promotions of spares and demotions of serving pods.",
