@@ -4,12 +4,14 @@ that moves it shows first; `tests/cluster/test_operator.py` checks the objects t
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import kopf
 
 from llmfleet.crds import GROUP, PLURAL, VERSION
 from llmfleet.operator.handlers import build_registry
+from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.reconcile import Reconciler
 from llmfleet.operator.watched import Watched
 
@@ -27,7 +29,8 @@ def test_kopf_daemons_require_a_finalizer_unless_the_operator_drops_it() -> None
 
     assert [h.requires_finalizer for h in _spawning(plain)] == [True]
 
-    ours = build_registry(cast(Reconciler, object()), cast(Watched, object()), workers=1)
+    reconciler = cast(Reconciler, SimpleNamespace(metrics=OperatorMetrics()))
+    ours = build_registry(reconciler, cast(Watched, object()), workers=1)
     handlers = _spawning(ours)
     assert handlers, "the operator registers its per-service daemon"
     assert [h.requires_finalizer for h in handlers] == [False] * len(handlers)
