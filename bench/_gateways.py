@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from _support import free_port
+from _support import free_port, revision_env
 
 from llmfleet.core import loopback
 from llmfleet.core.cluster import local
@@ -79,8 +79,7 @@ class Replica:
         # The pod network is allowed: it exists only in the run's namespace (_fleet_load.py).
         env = {**os.environ, "LLMFLEET_LOOPBACK_ONLY": "true",
                loopback.NETWORKS_ENV: local.POD_NETWORK}  # fmt: skip
-        if source is not None:
-            env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
+        env = revision_env(source, env)
         self.started = time.monotonic()
         with log.open("w") as out:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -6,11 +6,16 @@ it as `_support`.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -40,6 +45,25 @@ def wait_ready(url: str, timeout: float = 30) -> None:
             pass
         time.sleep(0.1)
     raise SystemExit(f"{url} did not become ready in {timeout}s")
+
+
+def revision_env(source: Path | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (this process's by default) for a process of `source`'s revision: its source roots
+    (`checkout`) on PYTHONPATH; with None, this checkout's, `env` as it is."""
+    found = dict(os.environ if env is None else env)
+    if source is not None:
+        found["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
+    return found
+
+
+def worker(command: list[str], source: Path | None, what: str = "worker") -> Any:
+    """`python *command` run as `source`'s revision (`revision_env`): what it printed, read as
+    JSON. A worker that fails stops the benchmark with the end of its stderr."""
+    done = subprocess.run([sys.executable, *command], env=revision_env(source),
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        sys.exit(f"{what} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
 
 
 def checkout(commit: str, into: Path) -> Path:

@@ -61,7 +61,7 @@ import autoscaler_query_scale as query_scale
 import requests
 from _autoscaler import SCRAPE_SECONDS, Prometheus, _wait
 from _gateways import stop_process
-from _support import checkout, free_port
+from _support import checkout, free_port, revision_env
 from kubernetes import client
 
 # A worker process imports these from the revision it measures (PYTHONPATH).
@@ -356,9 +356,7 @@ def worker(args: argparse.Namespace) -> None:
 def _run_worker(
     url: str, answers: Mapping[str, Any], args: argparse.Namespace, source: Path | None
 ) -> dict[str, Any]:
-    env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
+    env = revision_env(source)
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--url", url,
                "--asked-at", str(answers["asked_at"]), "--services", str(answers["services"]),
                "--pods-per-service", str(answers["per_service"]),

@@ -34,14 +34,12 @@ import json
 import os
 import queue
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _support import REPO, checkout
+from _support import REPO, checkout, worker
 
 
 def parse_args() -> argparse.Namespace:
@@ -179,16 +177,10 @@ async def measure(args: argparse.Namespace) -> list[dict[str, float]]:
 
 
 def run(args: argparse.Namespace, source: Path | None) -> list[dict[str, float]]:
-    env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
-    command = [sys.executable, __file__, "--worker", "--services", str(args.services),
+    command = [__file__, "--worker", "--services", str(args.services),
                "--pods-per-service", str(args.pods_per_service),
                "--changes", str(args.changes)]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"worker failed:\n{done.stderr}")
-    return list(json.loads(done.stdout))
+    return list(worker(command, source))
 
 
 def ms(values: list[float]) -> str:

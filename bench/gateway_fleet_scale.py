@@ -49,7 +49,7 @@ import psutil
 import yaml
 from _fleet_load import Engine, UnderLoad, answer_pod_ips, under_load
 from _gateways import GC_PAUSE, LAG, buckets, cpu_seconds, lag_largest, stop_process
-from _support import checkout, free_port
+from _support import checkout, free_port, revision_env
 
 from llmfleet.core import loopback, netns
 from llmfleet.core.cluster import local
@@ -101,8 +101,7 @@ class Gateway:
         # The pod network is allowed: it exists only in the run's namespace (_fleet_load.py).
         env = {**os.environ, "LLMFLEET_LOOPBACK_ONLY": "true",
                loopback.NETWORKS_ENV: local.POD_NETWORK}  # fmt: skip
-        if source is not None:
-            env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
+        env = revision_env(source, env)
         self.log = log
         with log.open("w") as out:
             self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _support import checkout
+from _support import checkout, worker
 
 TICK = 0.001
 
@@ -97,16 +96,10 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             "mb": (renders[0] if renders else 0) / 1e6}  # fmt: skip
 
 
-def run(args: argparse.Namespace, source: Path | None, worker: str) -> dict[str, float]:
-    env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
-    command = [sys.executable, __file__, "--worker", worker, "--pools", str(args.pools),
+def run(args: argparse.Namespace, source: Path | None, kind: str) -> dict[str, float]:
+    command = [__file__, "--worker", kind, "--pools", str(args.pools),
                "--seconds", str(args.seconds)]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"{worker} worker failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout))
+    return dict(worker(command, source, what=f"{kind} worker"))
 
 
 def main() -> None:

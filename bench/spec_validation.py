@@ -23,17 +23,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from _support import REPO, checkout
+from _support import REPO, checkout, worker
 
 SAMPLES = ("e2e/samples", "core/llmfleet/core/local/samples", "tests/cluster/samples")
 
@@ -98,15 +95,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace, source: Path | None) -> dict[str, float]:
-    env = dict(os.environ)
-    if source is not None:
-        env["PYTHONPATH"] = os.pathsep.join(str(root) for root in sorted(source.iterdir()))
-    command = [sys.executable, __file__, "--worker", "--services", str(args.services),
-               "--rounds", str(args.rounds)]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"worker failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout))
+    command = [__file__, "--worker", "--services", str(args.services), "--rounds", str(args.rounds)]
+    return dict(worker(command, source))
 
 
 def main() -> None:
