@@ -22,7 +22,8 @@ endpoint, their CPU over the idle window, peak RSS and largest event-loop lag; t
 replica changes, one at a time, timed from the patch to the operator's Deployment, to the
 EndpointSlices and to every gateway; then a gateway restarted, timed until it routes to all,
 with its loop lag before and after its /readyz says ready. Each operator (the baseline's too)
-is restarted with a change made at its start, timed until it acts on it; its reconcile p50/p99,
+is restarted with a change made at its start, timed until it acts on it, with the steps of its
+start (`llmfleet_operator_start_seconds`: serving, listed, first pass); its reconcile p50/p99,
 CPU and peak RSS are read too.
 
 Then, unless `--no-autoscaler`, autoscaling is turned on for every service (bounded to its
@@ -206,11 +207,23 @@ class Operator:
     def peak_rss_mib(self) -> float:
         return peak_rss_mib(self.process.pid)
 
-    def reconcile_ms(self) -> str:
-        """Its reconcile p50 / p99 [ms] so far (its own histogram)."""
+    def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
+            return response.read().decode()
+
+    def start_steps(self) -> str:
+        """Seconds from its process's start to serving / listed / first pass
+        (`llmfleet_operator_start_seconds`; "-" for a step it has not reached or does not
+        report: a baseline's operator may predate the gauge)."""
+        found = dict(re.findall(r'^llmfleet_operator_start_seconds\{step="(\w+)"\} (\S+)$',
+                                self.metrics(), re.MULTILINE))  # fmt: skip
+        return " / ".join(f"{float(found[step]):.1f}" if step in found else "-"
+                          for step in ("serving", "listed", "first_pass"))  # fmt: skip
+
+    def reconcile_ms(self) -> str:
+        """Its reconcile p50 / p99 [ms] so far (its own histogram)."""
+        text = self.metrics()
         name = "llmfleet_operator_reconcile_seconds"
         p50, p99 = (histogram_quantile(text, name, q) * 1000 for q in (0.5, 0.99))
         return f"{p50:.0f} / {p99:.0f}"
@@ -550,6 +563,8 @@ def restarted(kubeconfig: Path, namespace: str, operator: Operator, source: Path
     wait("the restarted operator", acted, timeout=600, every=0.1)
     figure(rows, "operator restarted: until a change acted on [s]", label,
            f"{time.monotonic() - fresh.started:.1f}")  # fmt: skip
+    figure(rows, "operator restarted: serving / listed / first pass [s]", label,
+           fresh.start_steps())  # fmt: skip
     return fresh
 
 

@@ -111,3 +111,18 @@ def passes(port: int) -> int:
         for line in text.splitlines()
         if (found := _PASSES.match(line)) is not None
     )
+
+
+_STEP = re.compile(r'^llmfleet_operator_start_seconds\{step="(?P<step>\w+)"\} (?P<value>\S+)$')
+
+
+def start_steps(port: int) -> dict[str, float]:
+    """The steps of an operator's start it has reached (its metrics on `port`): seconds from
+    its process's start."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {
+        found["step"]: float(found["value"])
+        for line in text.splitlines()
+        if (found := _STEP.match(line)) is not None
+    }

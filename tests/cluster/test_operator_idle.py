@@ -2,7 +2,8 @@
 (issue 28): once its services have converged, resync periods pass without a pass (counted on
 its reconcile histogram), and the full resyncs write nothing, list no pod or child and read no
 service (those come from its watches), counted by the API server itself
-(`apiserver_request_total` by verb, resource and subresource), not by the operator."""
+(`apiserver_request_total` by verb, resource and subresource), not by the operator. On the way
+it reads the steps of the operator's start (`llmfleet_operator_start_seconds`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from tests.cluster.api_counts import api_requests, since
 from tests.cluster.kube import Kube, install_crds, wait_endpoints, wait_ready
-from tests.cluster.operator_process import OperatorProcess, passes
+from tests.cluster.operator_process import OperatorProcess, passes, start_steps
 from tests.net import free_port
 
 pytestmark = pytest.mark.cluster
@@ -127,6 +128,12 @@ def test_an_idle_operator_passes_only_at_full_resyncs_which_write_nothing(
         for pool in ("unified", "prefill", "decode"):
             if pool in topology:
                 wait_endpoints(kube, NAMESPACE, f"{name}-{pool}", topology[pool]["replicas"])
+    # What the start took, from the process's start: every step, in the order they come (the
+    # metrics are served before kopf starts the watches, and a pass waits for their LISTs).
+    steps = start_steps(operator)
+    assert set(steps) == {"serving", "listed", "first_pass"}, steps
+    assert 0 < steps["serving"] < steps["listed"] <= steps["first_pass"], steps
+    print(f"the operator's start [s]: {steps}")
     # Converged: two more passes have seen the ready endpoints.
     settled = passes(operator) + 2
     kube.wait_for(lambda: passes(operator) >= settled, 60, "two passes after Ready")

@@ -83,9 +83,11 @@ class FakeServer:
     def __init__(self, watches: list[list[dict[str, Any]]]) -> None:
         self.watches = watches
         self.started: list[str] = []
+        self.listed_at: list[float] = []
         self.done = threading.Event()
 
     def list(self) -> Mapping[str, Any]:
+        self.listed_at.append(time.monotonic())
         return {"metadata": {"resourceVersion": "10"}, "items": [obj("a", "10")]}
 
     def watch(self, version: str) -> Iterator[Mapping[str, Any]]:
@@ -105,6 +107,7 @@ def test_a_watch_resumes_from_its_last_version_and_relists_only_on_gone() -> Non
         [{"type": "DELETED", "object": obj("a", "12")}],
     ])  # fmt: skip
     informer = Informer("things", server.list, server.watch, retry_seconds=0.01)
+    assert informer.synced_at is None
     informer.start()
     try:
         assert server.done.wait(10), "the scripted watches were not all consumed"
@@ -112,6 +115,10 @@ def test_a_watch_resumes_from_its_last_version_and_relists_only_on_gone() -> Non
         informer.stop()
     assert server.started[:4] == ["10", "11", "15", "10"]  # after the 410: LIST (at 10) again
     assert informer.lists == 2
+    # Stamped when the first LIST was in memory; the LIST after the 410 leaves it.
+    first, second = server.listed_at
+    assert informer.synced_at is not None
+    assert first <= informer.synced_at < second
     assert [item["metadata"]["name"] for item in informer.items()] == []
 
 

@@ -33,6 +33,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
@@ -147,6 +148,8 @@ class Informer:
         self._thread = threading.Thread(target=self._run, name=f"informer-{what}", daemon=True)
         self.lists = 0
         """LISTs sent (the first, then one per 410 or failure): what a test counts."""
+        self.synced_at: float | None = None
+        """When the first LIST was in memory (`time.monotonic()`), None until then."""
 
     def start(self) -> None:
         self._thread.start()
@@ -223,6 +226,8 @@ class Informer:
             old, self._objects = self._objects, fresh
             self._reindex()
         first = not self._synced.is_set()
+        if first:
+            self.synced_at = time.monotonic()
         self._synced.set()
         if self._on_change is not None and not first:
             # What changed while no watch ran: new, changed and vanished objects alike (the

@@ -116,6 +116,7 @@ def serve(
     metrics = OperatorMetrics()
     if settings.metrics_port:
         start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+        metrics.reached("serving")
     guard = LoopbackGuard(
         settings.loopback_only, lambda client: metrics.nonlocal_refused.labels(client).inc()
     )

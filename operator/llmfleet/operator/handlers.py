@@ -27,6 +27,7 @@ from llmfleet.operator.answers import Transient, api_message
 from llmfleet.operator.failures import requeue_delay
 from llmfleet.operator.kube import CHILD_KINDS
 from llmfleet.operator.login import login
+from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.pacing import Pacing
 from llmfleet.operator.passes import Passes, unobserved
 from llmfleet.operator.reconcile import Gone, Reconciler
@@ -149,6 +150,7 @@ def build_registry(
                 try:
                     requeue = await passes.run(reconciler.reconcile, namespace, name, edited=edited)
                     failures = 0
+                    note_start(reconciler.metrics, watched)
                 except Gone:
                     return  # deleted: owner references let the garbage collector finish
                 except Exception as error:  # the pass backs off and is retried; the loop lives
@@ -179,6 +181,17 @@ def build_registry(
         triggers.fire(namespace or "", name, body.get("metadata", {}).get("generation"))
 
     return registry
+
+
+def note_start(metrics: OperatorMetrics, watched: Watched) -> None:
+    """After a pass that went through: the start's last steps (`llmfleet_operator_start_seconds`),
+    the first pass now and the watches' first LISTs when they were in memory (a pass that read
+    its children waited for them)."""
+    if not metrics.has_reached("listed"):
+        listed = watched.synced_at(list(CHILD_KINDS))
+        if listed is not None:
+            metrics.reached("listed", listed)
+    metrics.reached("first_pass")
 
 
 async def _woken(wake: asyncio.Event, timeout: float) -> bool:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import time
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -26,6 +29,17 @@ class OperatorMetrics:
             "than the threads run them.",
             registry=self.registry,
         )
+        self.start_seconds = Gauge(
+            "llmfleet_operator_start_seconds",
+            "Seconds from this process's start to each step of its start: serving (these "
+            "metrics served: imports, the API connection, peering), listed (the last watched "
+            "kind's first LIST in memory), first_pass (the first reconcile pass done). A step "
+            "not reached has no sample.",
+            ["step"],
+            registry=self.registry,
+        )
+        self._process_start = process_start()
+        self._reached: set[str] = set()
         self.pod_changes = Counter(
             "llmfleet_operator_pod_changes_total",
             "Serving-label flips: promotions of spares and demotions of serving pods.",
@@ -96,6 +110,34 @@ class OperatorMetrics:
             ["client"],
             registry=self.registry,
         )
+
+    def reached(self, step: str, at: float | None = None) -> None:
+        """The start reached `step` at `at` (`time.monotonic()`; now when None). Only the first
+        time counts: a later call for the same step changes nothing."""
+        if step in self._reached:
+            return
+        self._reached.add(step)
+        seconds = (time.monotonic() if at is None else at) - self._process_start
+        self.start_seconds.labels(step).set(max(seconds, 0.0))
+
+    def has_reached(self, step: str) -> bool:
+        return step in self._reached
+
+
+def process_start() -> float:
+    """When this process started, on `time.monotonic()`'s clock: from its start time in /proc,
+    so the interpreter's start and the imports count (10 ms steps); where there is no /proc,
+    now."""
+    now = time.monotonic()
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        stat = Path("/proc/self/stat").read_text()
+    except OSError:
+        return now
+    # Field 22 of stat, the start in clock ticks since boot; the command name (field 2, in
+    # parentheses) may hold spaces, so fields are counted after its closing parenthesis.
+    started = int(stat.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    return now - (uptime - started)
 
 
 POOL_STATES = ("serving", "spare", "starting", "pending")

@@ -196,6 +196,15 @@ class Watched:
                 if not informer.wait_synced(max(deadline - time.monotonic(), 0.0)):
                     raise TimeoutError(f"no first LIST of {informer.what} in {timeout:.0f}s")
 
+    def synced_at(self, kinds: list[Kind]) -> float | None:
+        """When the last informer of `kinds` (and pods and InferenceServices) had its first LIST
+        (`time.monotonic()`), None while one has not."""
+        at = [
+            informer.synced_at for kind in [POD, SERVICE, *kinds] for informer in self._ensure(kind)
+        ]
+        listed = [when for when in at if when is not None]
+        return max(listed) if len(listed) == len(at) else None
+
     def of(self, kind: Kind, namespace: str, name: str) -> list[Mapping[str, Any]]:
         """The objects of `kind` labelled `llmfleet.dev/service: name` in `namespace`: as the
         watch brought them, or as this operator's last write of one returned it when that is
