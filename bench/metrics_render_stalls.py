@@ -55,8 +55,12 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     import uvloop  # noqa: PLC0415 (the revision's environment, in its own process)
 
     from llmfleet.gateway import app as app_module  # noqa: PLC0415
-    from llmfleet.gateway.gc_pauses import collector_paused  # noqa: PLC0415
     from llmfleet.gateway.metrics import GatewayMetrics  # noqa: PLC0415
+
+    try:
+        from llmfleet.core.gc_paused import collector_paused  # noqa: PLC0415
+    except ImportError:  # a revision from before it moved to core
+        from llmfleet.gateway.gc_pauses import collector_paused  # type: ignore[attr-defined,no-redef]  # noqa: PLC0415
 
     sys.setswitchinterval(0.001)  # the gateway's `gil_switch_interval_seconds`
     metrics = GatewayMetrics(discovered=lambda: {})

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
+from llmfleet.core.gc_paused import collector_paused
 from llmfleet.gateway.discovery import Pool, Service, StaticDiscovery
 from llmfleet.gateway.gc_pauses import (
     PauseRecorder,
     Refreezer,
     became_ready,
-    collector_paused,
     freeze_startup_heap,
 )
 from tests.gateway.servers import ThreadServer, gateway

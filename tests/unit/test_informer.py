@@ -4,6 +4,7 @@ resourceVersion; a new LIST only on 410 Gone or a failure."""
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import threading
 import time
@@ -26,7 +27,7 @@ from llmfleet.core.informer import (
     newest,
     paged,
 )
-from tests.net import require_isolation
+from tests.net import require_isolation, wait_for
 
 
 def obj(name: str, version: str, **extra: Any) -> dict[str, Any]:
@@ -389,3 +390,44 @@ def test_the_client_lister_asks_for_pages() -> None:
     assert listing["metadata"]["resourceVersion"] == "9"
     asked = [(q["limit"], q.get("continue")) for q in PagedApiServer.queries]
     assert asked == [(["2"], None), (["2"], ["2"]), (["2"], ["4"])]
+
+
+def test_the_collector_is_paused_while_a_list_is_read_and_only_then() -> None:
+    """A LIST's JSON holds no cycles; collections set off by its objects walked the heap for
+    nothing (`core.gc_paused`). The collector is off from the LIST's request to its last item
+    kept, and on again after, for the watch."""
+    seen: list[tuple[str, bool]] = []
+    done = threading.Event()
+
+    def lister() -> Mapping[str, Any]:
+        seen.append(("request", gc.isenabled()))
+
+        def items() -> Iterator[Mapping[str, Any]]:
+            for name in ("a", "b"):
+                seen.append((f"item {name}", gc.isenabled()))
+                yield obj(name, "1")
+
+        return {"metadata": {"resourceVersion": "1"}, "items": items()}
+
+    def transform(item: Mapping[str, Any]) -> Mapping[str, Any]:
+        seen.append(("kept", gc.isenabled()))
+        return item
+
+    def watcher(version: str) -> Iterator[Mapping[str, Any]]:
+        seen.append(("watch", gc.isenabled()))
+        done.wait(5)
+        yield from ()
+
+    assert gc.isenabled()
+    informer = Informer("things", lister, watcher, transform=transform)
+    informer.start()
+    try:
+        assert informer.wait_synced(STOP_SECONDS), "no first LIST"
+        wait_for(lambda: True if ("watch", True) in seen else None, STOP_SECONDS,
+                 "the watch after the LIST")  # fmt: skip
+    finally:
+        informer.stop()
+        done.set()
+    assert seen[:6] == [("request", False), ("item a", False), ("kept", False),
+                        ("item b", False), ("kept", False), ("watch", True)]  # fmt: skip
+    assert gc.isenabled()

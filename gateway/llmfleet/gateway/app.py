@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmfleet.core.gc_paused import collector_paused
 from llmfleet.core.loopback import LoopbackGuard, guarded
 from llmfleet.core.tasks import cancel_and_wait
 from llmfleet.gateway import openai_request
@@ -47,7 +48,6 @@ from llmfleet.gateway.gc_pauses import (
     PauseRecorder,
     Refreezer,
     became_ready,
-    collector_paused,
     freeze_startup_heap,
 )
 from llmfleet.gateway.keys_reload import KeysReloader
@@ -436,8 +436,10 @@ def _metrics_route(app: FastAPI, metrics: GatewayMetrics) -> None:
         # about a second of work that, on the event loop, every request in flight waited out
         # (the scale benchmark's polls showed loop lag past 1 s). prometheus_client copies each
         # metric's children under its lock, and discovery's snapshot is immutable.
-        # Paced (`metrics.Pace`), with the collector paused meanwhile
-        # (`gc_pauses.collector_paused`).
+        # Paced (`metrics.Pace`), with the collector paused meanwhile (`core.gc_paused`): the
+        # render makes ~60k samples at 1,000 pools that live for the whole render; collected
+        # meanwhile, they were promoted and walked by full collections (10-25 ms each), and a
+        # `Refreezer` took those pauses for state that lasts.
         # ?name[]=... (as prometheus_client's own handler): only those families.
         # Sent in chunks (`Pace.chunk_bytes`), never joined into one buffer.
         names = request.query_params.getlist("name[]")

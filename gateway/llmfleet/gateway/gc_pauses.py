@@ -49,11 +49,9 @@ wait. Callbacks are process-wide: each recorder removes its own on `stop`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 
@@ -76,40 +74,6 @@ async def became_ready(
             return False
         await asyncio.sleep(every)
     return True
-
-
-class _Paused:
-    """`gc.disable()` while at least one caller is inside (threads nest: a count under a lock);
-    the collector as it was when the first came in once the last has left."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._inside = 0
-        self._was_enabled = False
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._inside == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._inside += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inside -= 1
-                if self._inside == 0 and self._was_enabled:
-                    gc.enable()
-
-
-collector_paused = _Paused()
-"""No automatic collection while a burst of short-lived objects is alive: rendering /metrics at
-1,000 pools makes ~60k samples that live for the whole render (about a second, in a thread).
-Collected meanwhile, they are promoted to the oldest generation, full collections walk them
-(10-25 ms each) and a `Refreezer` would take those pauses for state that lasts. Paused, they stay
-in the youngest generation and are freed by reference counting when the render ends; garbage
-in cycles made meanwhile waits for the next collection."""
 
 
 REFREEZES_PER_HOUR = 12

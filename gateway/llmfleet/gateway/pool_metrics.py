@@ -194,7 +194,7 @@ class PoolSeries:
         of a whole render joined and encoded at once were two calls of 3 and 3 ms at 1,000
         pools (7.7 MB), held without a break for the event loop (bench/_stall_probe.py caught
         the render thread there during the loop's stalls). A /metrics render pauses the
-        garbage collector (`gc_pauses.collector_paused`), and what requests leave in cycles
+        garbage collector (`core.gc_paused`), and what requests leave in cycles
         meanwhile is collected in one go after it: the shorter the render, the shorter that
         collection."""
         pools = list(self._pools.values())
