@@ -7,11 +7,12 @@ large JSON document makes hundreds of thousands of dicts and lists that stay ali
 parse ends, so it sets off collections that find nothing to free (JSON has no cycles) but
 walk the heap each time and promote the new objects, which brings on full collections.
 
-Measured at an operator's restart at 1,000 services of 10 pods: the first LIST of the pods
-(10,000 of 10 KB, 20 pages) spent ~9 s in `json.loads`, most of it in these collections; the
-same parse with the collector paused takes ~1 s (`core.informer`, which pauses it for a LIST;
-`bench/results/issue28-control-plane-1000x1-gc-paused.txt`). The gateway pauses it while it
-renders /metrics (`gateway.gc_pauses`).
+Measured at an operator's restart at 1,000 services of 10 pods (10,000 pods of 10 KB, 20 pages
+of LIST): py-spy found ~9 s of the start in `json.loads`, nearly all in the pods' informer; 20
+such pages parse in 1.0 s with the collector paused and 3.2 s with it on, in a small process.
+`core.informer` pauses it while it reads a LIST: the watches' first LISTs took 4.8 s of the
+restart instead of 11.1 s (`bench/results/issue28-control-plane-1000x10-gc-paused.txt`). The
+gateway pauses it while it renders /metrics (`gateway.app`).
 
 Garbage in cycles made meanwhile (by any thread: the pause is process-wide) waits for the
 next collection after the pause.
