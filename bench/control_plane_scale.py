@@ -97,6 +97,9 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 Counts = Counter[tuple[str, str]]
 SMALL_NAMESPACE = "bench-small"
+MODEL, SMALL_MODEL = "org/model", "org/small-model"
+"""The model names' stems of the fleet and of the 10 services beside it: distinct, as one
+operator watches both namespaces and a name claimed twice is a conflict (ModelNameConflict)."""
 SMALL_SERVICES = 10
 """The fleet the gateways' latency under load is compared with (the issue's "at 10 services")."""
 BASELINE_SETTLE_SECONDS = 20.0
@@ -136,14 +139,15 @@ def idle_rates(kubeconfig: Path, seconds: float) -> dict[tuple[str, str], float]
     }
 
 
-def services(count: int, replicas: int) -> str:
+def services(count: int, replicas: int, model: str = MODEL) -> str:
+    """`count` services `svc-0000`... serving `{model}-0`... (a model name of their own each)."""
     return yaml.safe_dump_all(
         {
             "apiVersion": "llmfleet.dev/v1alpha1",
             "kind": "InferenceService",
             "metadata": {"name": f"svc-{i:04d}"},
             "spec": {
-                "model": {"name": f"org/model-{i}"},
+                "model": {"name": f"{model}-{i}"},
                 "topology": {"unified": {"replicas": replicas}},
             },
         }
@@ -296,7 +300,7 @@ def run(kubeconfig: Path, args: argparse.Namespace, workdir: Path) -> None:
             if loaded:  # the fleet of 10 the gateways' latency is compared with
                 kubectl(kubeconfig, "create", "namespace", SMALL_NAMESPACE)
                 kubectl(kubeconfig, "apply", "--server-side", "-n", SMALL_NAMESPACE, "-f", "-",
-                        stdin=services(SMALL_SERVICES, replicas))  # fmt: skip
+                        stdin=services(SMALL_SERVICES, replicas, SMALL_MODEL))  # fmt: skip
                 wait("the 10 services", lambda: count_ready_services(
                     kubeconfig, SMALL_NAMESPACE) >= SMALL_SERVICES)  # fmt: skip
             time.sleep(5)
@@ -512,11 +516,11 @@ def loaded(kubeconfig: Path, replicas: list[Replica], args: argparse.Namespace, 
     each = " / ".join
     try:
         wait_discovered(small, SMALL_SERVICES, SMALL_SERVICES * args.pods_per_service)
-        for name, gateways, count in (
-            ("10 services", small, SMALL_SERVICES),
-            (f"{args.services} services", replicas, args.services),
+        for name, gateways, count, model in (
+            ("10 services", small, SMALL_SERVICES, SMALL_MODEL),
+            (f"{args.services} services", replicas, args.services, MODEL),
         ):
-            models = [f"org/model-{i}" for i in range(count)]
+            models = [f"{model}-{i}" for i in range(count)]
             print(f"{args.load_rate:.0f} req/s for {args.load_seconds:.0f} s through the "
                   f"gateways of {name} ...", flush=True)  # fmt: skip
             seen = under_load(gateways, models, args.load_rate, args.load_seconds)
