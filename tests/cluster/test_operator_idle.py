@@ -3,15 +3,18 @@
 its reconcile histogram), and the full resyncs write nothing, list no pod or child and read no
 service (those come from its watches), counted by the API server itself
 (`apiserver_request_total` by verb, resource and subresource), not by the operator. On the way
-it reads the steps of the operator's start (`llmfleet_operator_start_seconds`)."""
+it reads the steps of the operator's start (`llmfleet_operator_start_seconds`), and at the end
+it stops the operator, whose service loops must end by themselves (`handlers.py`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -83,9 +86,16 @@ def operator_events(kube: Kube) -> int:
     )
 
 
+@dataclass(frozen=True)
+class Operator:
+    process: OperatorProcess
+    port: int
+    """Its metrics port."""
+
+
 @pytest.fixture
-def operator(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """An operator watching a namespace of its own; its metrics port."""
+def operator(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    """An operator watching a namespace of its own."""
     install_crds(kube)
     kube.kubectl("create", "namespace", NAMESPACE)
     port = free_port()
@@ -97,7 +107,7 @@ def operator(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[i
              "LLMFLEET_OPERATOR_METRICS_PORT": str(port)},
     )  # fmt: skip
     try:
-        yield port
+        yield Operator(process, port)
     finally:
         process.stop()
         print(process.text()[-3000:])
@@ -112,7 +122,7 @@ SERVICES = {
 
 
 def test_an_idle_operator_passes_only_at_full_resyncs_which_write_nothing(
-    kube: Kube, operator: int
+    kube: Kube, operator: Operator
 ) -> None:
     at_start = api_writes(kube)
     for name, topology in SERVICES.items():
@@ -130,13 +140,13 @@ def test_an_idle_operator_passes_only_at_full_resyncs_which_write_nothing(
                 wait_endpoints(kube, NAMESPACE, f"{name}-{pool}", topology[pool]["replicas"])
     # What the start took, from the process's start: every step, in the order they come (the
     # metrics are served before kopf starts the watches, and a pass waits for their LISTs).
-    steps = start_steps(operator)
+    steps = start_steps(operator.port)
     assert set(steps) == {"serving", "listed", "first_pass"}, steps
     assert 0 < steps["serving"] < steps["listed"] <= steps["first_pass"], steps
     print(f"the operator's start [s]: {steps}")
     # Converged: two more passes have seen the ready endpoints.
-    settled = passes(operator) + 2
-    kube.wait_for(lambda: passes(operator) >= settled, 60, "two passes after Ready")
+    settled = passes(operator.port) + 2
+    kube.wait_for(lambda: passes(operator.port) >= settled, 60, "two passes after Ready")
 
     # The count sees the operator's writes: converging took one apply per Deployment at least.
     applied = (
@@ -146,21 +156,21 @@ def test_an_idle_operator_passes_only_at_full_resyncs_which_write_nothing(
     events = operator_events(kube)
     assert events > 0, "the operator's Events are not where this test counts them"
     reads_before = api_requests(kube, READS, READ_RESOURCES)
-    before, passes_before, started = api_writes(kube), passes(operator), time.monotonic()
+    before, passes_before, started = api_writes(kube), passes(operator.port), time.monotonic()
     # Resync periods that end with nothing changed run no pass: over three of them, at most
     # the full resyncs that fell due (one per service per half period; the loop before issue
     # 28 ran a pass of each service in each).
     kube.wait_for(lambda: time.monotonic() - started > 3 * RESYNC_SECONDS, 30, "three periods")
-    idle_passes, elapsed = passes(operator) - passes_before, time.monotonic() - started
+    idle_passes, elapsed = passes(operator.port) - passes_before, time.monotonic() - started
     full_resyncs = len(SERVICES) * (1 + int(elapsed // (FULL_RESYNC_SECONDS / 2)))
     print(f"passes over {elapsed:.1f} s idle: {idle_passes} (full resyncs due: {full_resyncs})")
     assert idle_passes <= full_resyncs, f"{idle_passes} passes in {elapsed:.1f} s idle"
     # The full resyncs come, two of each service, and write nothing.
-    kube.wait_for(lambda: passes(operator) >= passes_before + 2 * len(SERVICES),
+    kube.wait_for(lambda: passes(operator.port) >= passes_before + 2 * len(SERVICES),
                   4 * FULL_RESYNC_SECONDS, "two full resyncs of every service")  # fmt: skip
     after = api_writes(kube)
     written = since(before, after)
-    print(f"passes in the window: {passes(operator) - passes_before}; writes: {written}")
+    print(f"passes in the window: {passes(operator.port) - passes_before}; writes: {written}")
     reads = since(reads_before, api_requests(kube, READS, READ_RESOURCES))
     print(f"reads in the window: {reads}")
     assert written == {}, f"the idle operator wrote (verb, resource, subresource): {written}"
@@ -168,10 +178,17 @@ def test_an_idle_operator_passes_only_at_full_resyncs_which_write_nothing(
     # The API server counts every client: the control plane's own informers, or a watch of the
     # operator's that expired, may LIST once (CI saw one LIST of services). A read per pass
     # counts at least one per pass in the window.
-    window_passes = passes(operator) - passes_before
+    window_passes = passes(operator.port) - passes_before
     services = {key: n for key, n in reads.items() if key[1] == "inferenceservices"}
     per_pass = {key: n for key, n in services.items() if n >= window_passes}
     assert per_pass == {}, f"idle passes read their services at the API server: {services}"
     listed = {key: n for key, n in reads.items() if key[0] == "LIST" and key[1:] in CHILD_READS}
     per_pass = {key: n for key, n in listed.items() if n >= window_passes}
     assert per_pass == {}, f"idle passes listed pods or children at the API server: {listed}"
+
+    # Stopped, its service loops end by themselves: kopf cancels none (it would log "... is
+    # cancelled. Will escalate." for each), and the process exits before `stop` kills it.
+    operator.process.stop()
+    assert operator.process.process.returncode != -signal.SIGKILL, "killed: it did not stop"
+    cancelled = [line for line in operator.process.text().splitlines() if "is cancelled" in line]
+    assert cancelled == [], f"kopf cancelled service loops at the stop: {cancelled}"

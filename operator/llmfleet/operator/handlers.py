@@ -8,6 +8,10 @@ every resync period and runs a pass only when its full resync is due (`pacing.py
 that fails as a whole waits out an exponential back-off (or the API server's Retry-After, when
 it throttled the pass: `Transient`; no pass sleeps in its thread), cut short only by an edit of
 the service's spec.
+
+When kopf stops a loop (the operator exits, or peering pauses it), the loop returns by itself:
+its waits, for a wake-up, a back-off or a thread, end at the stop; a pass already in its thread
+runs to its end first. kopf cancels only a loop that outlives `cancellation_backoff`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from llmfleet.operator.kube import CHILD_KINDS
 from llmfleet.operator.login import login
 from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.pacing import Pacing
-from llmfleet.operator.passes import Passes, unobserved
+from llmfleet.operator.passes import Passes, Stopped, unobserved
 from llmfleet.operator.reconcile import Gone, Reconciler
 from llmfleet.operator.watched import Watched
 
@@ -89,15 +93,17 @@ class Triggers:
             events.pop((namespace, name), None)
         self._passed.discard((namespace, name))
 
-    async def back_off(self, namespace: str, name: str, delay: float) -> None:
+    async def back_off(
+        self, namespace: str, name: str, delay: float, stop: asyncio.Future[Any] | None = None
+    ) -> None:
         """Wait out a failed pass's back-off, or less if the spec is edited meanwhile (the edit
-        may be the fix). Other changes do not end it: a pass that fails (the API server
-        unreachable, a permission missing) logs once per step, not once per pod event."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.edited(namespace, name).wait(), timeout=delay)
+        may be the fix) or `stop` is done. Other changes do not end it: a pass that fails (the
+        API server unreachable, a permission missing) logs once per step, not once per pod
+        event."""
+        await _until(self.edited(namespace, name), delay, stop)
 
 
-def build_registry(
+def build_registry(  # noqa: PLR0915 - the handlers, closures over the triggers and passes
     reconciler: Reconciler, watched: Watched, workers: int = 8
 ) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
@@ -128,7 +134,14 @@ def build_registry(
         watched.stop()
         passes.shutdown()
 
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)
+    # A stopped loop returns by itself (its waits end at `stopped`), though not at once when its
+    # pass is in a thread: seconds at 1,000 services. `cancellation_backoff` is how long kopf
+    # waits for that before it cancels the loop (and waits `cancellation_timeout` more); with
+    # none, kopf cancels every loop right after setting `stopped`, with a WARNING for each: 1,000
+    # lines when an operator of 1,000 services stops.
+    @kopf.daemon(
+        GROUP, VERSION, PLURAL, registry=registry, cancellation_backoff=5, cancellation_timeout=10
+    )
     async def service_loop(
         *,
         stopped: kopf.DaemonStopped,
@@ -143,16 +156,21 @@ def build_registry(
         settings = reconciler.settings
         pacing = Pacing(settings.resync_seconds, settings.full_resync_seconds)
         failures = 0  # failed passes in a row
+        stop = asyncio.ensure_future(stopped.wait())  # done once kopf stops the loop
         try:
             while not stopped:
                 wake.clear()
                 edited = triggers.take_edit(namespace, name, body)
                 try:
-                    requeue = await passes.run(reconciler.reconcile, namespace, name, edited=edited)
+                    requeue = await passes.run(
+                        reconciler.reconcile, namespace, name, edited=edited, stop=stop
+                    )
                     failures = 0
                     note_start(reconciler.metrics, watched)
                 except Gone:
                     return  # deleted: owner references let the garbage collector finish
+                except Stopped:
+                    return  # stopped while the pass waited for a thread: it never ran
                 except Exception as error:  # the pass backs off and is retried; the loop lives
                     failures += 1
                     delay = requeue_delay(
@@ -160,16 +178,17 @@ def build_registry(
                         error.retry_after if isinstance(error, Transient) else None,
                     )  # fmt: skip
                     _log_failed_pass(namespace, name, error, failures, delay)
-                    await triggers.back_off(namespace, name, delay)
+                    await triggers.back_off(namespace, name, delay, stop)
                     continue
                 # Wait for a reason to pass again: a wake-up, the requeue, the full resync; a
                 # resync period that ends with none of them runs nothing (`pacing.py`).
                 pacing.ran(loop.time())
                 while not stopped:
-                    woken = await _woken(wake, pacing.timeout(requeue))
+                    woken = await _woken(wake, pacing.timeout(requeue), stop)
                     if pacing.due(woken=woken, requeue=requeue, now=loop.time()):
                         break
         finally:
+            stop.cancel()
             triggers.forget(namespace, name)
 
     _without_finalizer(registry)
@@ -194,12 +213,21 @@ def note_start(metrics: OperatorMetrics, watched: Watched) -> None:
     metrics.reached("first_pass")
 
 
-async def _woken(wake: asyncio.Event, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for `wake`; whether it is set (by then, or since it was
-    cleared before the last pass)."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(wake.wait(), timeout=timeout)
+async def _woken(wake: asyncio.Event, timeout: float, stop: asyncio.Future[Any]) -> bool:
+    """Wait up to `timeout` seconds for `wake`, less if `stop` is done; whether it is set (by
+    then, or since it was cleared before the last pass)."""
+    await _until(wake, timeout, stop)
     return wake.is_set()
+
+
+async def _until(event: asyncio.Event, timeout: float, stop: asyncio.Future[Any] | None) -> None:
+    """Wait up to `timeout` seconds for `event`, or until `stop` is done."""
+    waiting = asyncio.ensure_future(event.wait())
+    try:
+        ends = (waiting,) if stop is None else (waiting, stop)
+        await asyncio.wait(ends, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
 
 
 def _log_failed_pass(
@@ -227,7 +255,8 @@ def _without_finalizer(registry: kopf.OperatorRegistry) -> None:
     replaced by a copy that does not require one. kopf will not offer one: its maintainer
     declined it on purpose (nolar/kopf#896, 2026-03; #1183 closed), as kopf's promise is to
     stop a daemon before its object is gone. This loop needs no such promise: it ends on
-    `Gone` or when cancelled, and reads nothing from the object's body after it is deleted.
+    `Gone` or when stopped (or cancelled), and reads nothing from the object's body after it is
+    deleted.
 
     The loops stay kopf daemons for what only daemons get: kopf stops them on a replica that
     peering pauses (a peer of higher priority came), which is what keeps two operator replicas

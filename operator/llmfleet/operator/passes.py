@@ -7,6 +7,10 @@ when a thousand are due at once: at an operator's start every service's loop run
 pass, and a spec edited while the operator was down (an upgrade, a rescheduled pod) waited
 behind all the passes that find nothing to do (bench/control_plane_scale.py, "operator
 restarted").
+
+A pass still waiting for a thread when its loop is stopped (the operator exits, or peering
+pauses it) gives up and leaves the queue (`Stopped`); one already in its thread runs to its end,
+as a thread cannot be cancelled.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ T = TypeVar("T")
 
 EDITED, OTHER = 0, 1
 """A pass's rank: lower goes first."""
+
+
+class Stopped(Exception):
+    """A pass gave up waiting for a thread, without running: its loop is stopping."""
 
 
 def unobserved(body: Mapping[str, Any]) -> bool:
@@ -46,9 +54,16 @@ class Passes:
         self._order = itertools.count()
         self._gauge = gauge
 
-    async def run(self, call: Callable[..., T], *args: Any, edited: bool) -> T:
-        """`call(*args)` in a thread once one is free to this pass."""
-        await self._slot(EDITED if edited else OTHER)
+    async def run(
+        self,
+        call: Callable[..., T],
+        *args: Any,
+        edited: bool,
+        stop: asyncio.Future[Any] | None = None,
+    ) -> T:
+        """`call(*args)` in a thread once one is free to this pass; `Stopped` instead if `stop`
+        is done while it waits for one."""
+        await self._slot(EDITED if edited else OTHER, stop)
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
         finally:
@@ -61,7 +76,7 @@ class Passes:
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def _slot(self, rank: int) -> None:
+    async def _slot(self, rank: int, stop: asyncio.Future[Any] | None) -> None:
         if self._free > 0 and not self._pending:
             self._free -= 1
             return
@@ -69,13 +84,27 @@ class Passes:
         heapq.heappush(self._waiting, (rank, next(self._order), turn))
         self._count(+1)
         try:
-            await turn
+            ends = (turn,) if stop is None else (turn, stop)
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            if turn.cancelled():  # gave up waiting: its entry stays, skipped by `_release`
-                self._count(-1)
-            else:  # handed a thread, cancelled before it used it
-                self._release()
+            self._leave(turn)
             raise
+        if stop is not None and stop.done():
+            self._leave(turn)
+            raise Stopped
+
+    def _leave(self, turn: asyncio.Future[None]) -> None:
+        """A waiting pass gives up (cancelled, or stopped).
+
+        NOTE: its turn may have come meanwhile: `_release` handed it the thread (and counted it
+        out) in the same loop iteration as the stop or the cancellation, before this pass woke.
+        1. Still waiting: its turn is cancelled, so `_release` skips its entry; counted out here.
+        2. Handed a thread: the thread goes on to the next waiting pass, or back to free.
+        """
+        if turn.cancel():
+            self._count(-1)
+        else:
+            self._release()
 
     def _release(self) -> None:
         """Hand the thread a pass gave back to the first waiting pass, or keep it free."""
