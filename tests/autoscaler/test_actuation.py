@@ -5,11 +5,13 @@ writes are checked against the API server in tests/cluster/test_autoscaler.py)."
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from llmfleet.autoscaler.inputs import PoolPods, PoolSignals
 from llmfleet.autoscaler.loop import Autoscaler
@@ -428,6 +430,61 @@ def test_one_read_of_the_signals_per_pass_whatever_the_number_of_services() -> N
     scaler.run_fast(at(5))
     assert source.reads == ["full", "gauges"]
     assert set(kube.written) == {f"svc-{index}" for index in range(50)}
+
+
+class SlowFleetKube(FleetKube):
+    """A `FleetKube` whose writes wait at a barrier of `together` writers (as long round trips
+    to a busy API server would overlap), and fail for the services named in `refusing`."""
+
+    def __init__(self, count: int, together: int) -> None:
+        super().__init__(count)
+        self.barrier = threading.Barrier(together, timeout=5)
+        self.refusing: set[str] = set()
+        self.threads: set[str] = set()
+
+    def write_autoscaling(self, namespace: str, name: str, autoscaling: dict[str, Any]) -> bool:
+        self.threads.add(threading.current_thread().name)
+        self.barrier.wait()  # BrokenBarrierError after 5 s unless `together` write at once
+        if name in self.refusing:
+            raise ApiException(status=500, reason="Internal Server Error")
+        return super().write_autoscaling(namespace, name, autoscaling)
+
+
+def test_a_pass_writes_its_statuses_several_at_once_and_reports_in_the_services_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, source = SlowFleetKube(8, together=4), Signals()
+    scaler = autoscaler(kube, source, write_concurrency=4)
+    source.by_pool["unified"] = signals(1.0, seconds=0)
+    with caplog.at_level(logging.INFO, "llmfleet.autoscaler"):
+        outcomes = scaler.run_once(at(0))
+    assert [o.name for o in outcomes] == [f"svc-{index}" for index in range(8)]
+    assert all(o.written for o in outcomes)
+    assert sorted(kube.written) == sorted(o.name for o in outcomes)
+    assert len(kube.threads) == 4, kube.threads  # four writers, none of them the pass's thread
+    assert threading.current_thread().name not in kube.threads
+    assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="write") is None
+
+
+def test_a_refused_write_fails_only_its_service_and_the_next_pass_writes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, source = SlowFleetKube(4, together=2), Signals()
+    kube.refusing = {"svc-2"}
+    scaler = autoscaler(kube, source, write_concurrency=2)
+    source.by_pool["unified"] = signals(1.0, seconds=0)
+    with caplog.at_level(logging.INFO, "llmfleet.autoscaler"):
+        outcomes = scaler.run_once(at(0))
+    assert [o.name for o in outcomes] == ["svc-0", "svc-1", "svc-3"]
+    assert sorted(kube.written) == ["svc-0", "svc-1", "svc-3"]
+    failed = [r for r in caplog.records if r.getMessage() == "autoscaling ns/svc-2 failed"]
+    assert len(failed) == 1
+    assert failed[0].exc_info is not None
+    assert sample(scaler, "llmfleet_autoscaler_errors_total", stage="write") == 1
+    kube.refusing, kube.written = set(), []
+    kube.barrier = threading.Barrier(1)
+    scaler.run_once(at(15))
+    assert "svc-2" in kube.written
 
 
 def test_signals_down_hold_every_service_with_one_line(caplog: pytest.LogCaptureFixture) -> None:

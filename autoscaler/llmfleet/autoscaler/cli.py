@@ -128,6 +128,7 @@ def run(
             horizon_s=settings.forecast_horizon_seconds,
         ),
         status_refresh_seconds=settings.status_refresh_seconds,
+        write_concurrency=settings.status_write_concurrency,
     )
     log.info(
         "sizing %s every %g s (fast passes every %g s) from %s (%d capacity profiles)",

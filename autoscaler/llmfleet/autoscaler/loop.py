@@ -11,6 +11,11 @@ measured light stays at one replica.
 Each service's spec and `status.autoscaling` are parsed (validated, with the CRD's cross-field
 rules) when they change, not on every pass (`Parsed`): at 1,000 services that parse was most of
 a pass's own CPU (bench/autoscaler_pass_client.py).
+
+A pass decides every service first, then writes the statuses that changed, a few at once
+(`write_concurrency`), so that a pass that must write much of the fleet (its first, or when the
+signals go away for every service) does not take one round trip per service in a row; events
+and log lines follow, in the services' order.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import copy
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -171,6 +177,7 @@ class Autoscaler:
         profiles: Mapping[str, CapacityProfile] | None = None,
         config: PolicyConfig | None = None,
         status_refresh_seconds: float | None = None,
+        write_concurrency: int = 1,
     ) -> None:
         self.kube = kube
         self.signals = signals
@@ -178,6 +185,9 @@ class Autoscaler:
         self.profiles = dict(profiles or {})
         self.config = config or PolicyConfig()
         self.status_refresh_seconds = status_refresh_seconds
+        self.write_concurrency = write_concurrency
+        """Status writes of a pass in flight at once (1: in the pass's own thread, one after the
+        other; `AutoscalerSettings.status_write_concurrency` is the command's)."""
         self.states: dict[str, PolicyState] = {}
         self.said = Said()
         self.parsed = Parsed()
@@ -220,17 +230,7 @@ class Autoscaler:
             else:
                 candidates.append(candidate)
         signals = self._read(candidates, fast=fast)
-        outcomes: list[Outcome] = []
-        for candidate in candidates:
-            key = candidate.key
-            try:
-                outcome = self._service(candidate, pods.get(key, []), signals, now, fast=fast)
-            except Exception:
-                log.exception("autoscaling %s/%s failed", *key)
-                self.metrics.errors.labels("write").inc()
-                continue
-            if outcome is not None:
-                outcomes.append(outcome)
+        outcomes = self._act(candidates, pods, signals, now, fast=fast)
         self.said.end_pass()
         for uid in set(self.states) - seen:
             del self.states[uid]
@@ -240,6 +240,41 @@ class Autoscaler:
         self.metrics.pass_seconds.labels("fast" if fast else "full").observe(
             time.perf_counter() - started
         )
+        return outcomes
+
+    def _act(
+        self,
+        candidates: Sequence[_Candidate],
+        pods: Mapping[ServiceKey, list[PodView]],
+        signals: Mapping[ServiceKey, Mapping[str, PoolSignals] | Exception] | Exception,
+        now: datetime,
+        *,
+        fast: bool,
+    ) -> list[Outcome]:
+        """Every candidate decided, then the statuses that changed written (`_write`), then
+        their events, in the candidates' order. A service whose decision or write failed is
+        left out (logged and counted; the next pass tries again)."""
+        decided: list[tuple[_Candidate, Decision, dict[str, Any] | None]] = []
+        for candidate in candidates:
+            try:
+                decision, patch = self._decide(
+                    candidate, pods.get(candidate.key, []), signals, now, fast=fast
+                )
+            except Exception:
+                log.exception("autoscaling %s/%s failed", *candidate.key)
+                self.metrics.errors.labels("write").inc()
+                continue
+            decided.append((candidate, decision, patch))
+        outcomes: list[Outcome] = []
+        writes = self._write([(candidate.key, patch) for candidate, _, patch in decided])
+        for (candidate, decision, _), written in zip(decided, writes, strict=True):
+            if isinstance(written, Exception):
+                log.error("autoscaling %s/%s failed", *candidate.key, exc_info=written)
+                self.metrics.errors.labels("write").inc()
+                continue
+            if written:
+                self._report_changes(candidate.body, candidate.current, decision)
+            outcomes.append(Outcome(*candidate.key, decision, written))
         return outcomes
 
     def _read(
@@ -269,7 +304,7 @@ class Autoscaler:
             self.metrics.errors.labels("signals").inc()
         return read
 
-    def _service(
+    def _decide(
         self,
         candidate: _Candidate,
         pods: list[PodView],
@@ -277,8 +312,10 @@ class Autoscaler:
         now: datetime,
         *,
         fast: bool,
-    ) -> Outcome | None:
-        body, spec, current, uid = candidate.body, candidate.spec, candidate.current, candidate.uid
+    ) -> tuple[Decision, dict[str, Any] | None]:
+        """The service's decision, and the merge patch of its status to write (None: nothing
+        to write)."""
+        spec, current, uid = candidate.spec, candidate.current, candidate.uid
         namespace, name = candidate.key
         pools = list(spec.pools())
         signals: Mapping[str, PoolSignals]
@@ -336,12 +373,31 @@ class Autoscaler:
             and (last is None or (now - last).total_seconds() >= refresh)
         )
         if _counts(current) == _counts(status) and not due:
-            return Outcome(namespace, name, decision, written=False)
+            return decision, None
+        return decision, _patch(status, current)
 
-        written = self.kube.write_autoscaling(namespace, name, _patch(status, current))
-        if written:
-            self._report_changes(body, current, decision)
-        return Outcome(namespace, name, decision, written)
+    def _write(
+        self, patches: Sequence[tuple[ServiceKey, dict[str, Any] | None]]
+    ) -> list[bool | Exception]:
+        """Each service's status patch written (None: nothing to write, False), up to
+        `write_concurrency` at once; per service, whether it was written (False: the service is
+        gone) or the error its write raised."""
+
+        def one(item: tuple[ServiceKey, dict[str, Any] | None]) -> bool | Exception:
+            (namespace, name), patch = item
+            if patch is None:
+                return False
+            try:
+                return self.kube.write_autoscaling(namespace, name, patch)
+            except Exception as error:  # this service's decision is retried by the next pass
+                return error
+
+        writes = sum(patch is not None for _, patch in patches)
+        if min(self.write_concurrency, writes) < 2:
+            return [one(item) for item in patches]
+        # Threads for this pass only: most passes write nothing, and none are left behind.
+        with ThreadPoolExecutor(min(self.write_concurrency, writes), "status-write") as writers:
+            return list(writers.map(one, patches))
 
     def _report_changes(
         self, body: dict[str, Any], current: AutoscalingStatus | None, decision: Decision

@@ -67,6 +67,12 @@ class AutoscalerSettings(LoopbackSettings):
     (the default): a decision is written only when it changes, so an idle fleet costs no
     writes; at 1,000 services a 60 s refresh was 17 status writes a second, each one also a
     watch event for the operator and every gateway replica."""
+    status_write_concurrency: int = Field(default=4, ge=1)
+    """Status writes of one pass in flight at once. A pass writes every service whose decision
+    changed: at the first pass after an install, or when Prometheus goes away and every service
+    says so, that is the whole fleet, and one PATCH after another held that pass (and the fast
+    passes behind it) for 103 s at 1,000 services (bench/control_plane_scale.py). The Kubernetes
+    client keeps 5 connections per CPU it sees; the two watches hold two of them."""
     profiles_dir: Path | None = None
     """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
     field_manager: str = "llmfleet-autoscaler"
