@@ -1,20 +1,17 @@
 """`llmfleet_operator_start_seconds`: what an operator's restart took, step by step, from its
-process's start (`metrics.process_start`, read from /proc) — serving, listed, first pass."""
+process's start — serving, listed, first pass (`core.start_steps`, whose reading of the
+process's start tests/unit/test_start_steps.py checks)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from typing import cast
 
 import pytest
 
 from llmfleet.operator.handlers import note_start
-from llmfleet.operator.metrics import OperatorMetrics, process_start
+from llmfleet.operator.metrics import OperatorMetrics
 from llmfleet.operator.watched import Watched
-
-SLEEP_SECONDS = 0.6
 
 
 def steps(metrics: OperatorMetrics) -> dict[str, float]:
@@ -24,22 +21,6 @@ def steps(metrics: OperatorMetrics) -> dict[str, float]:
         if family.name == "llmfleet_operator_start_seconds"
         for sample in family.samples
     }
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="the process's start is read from /proc")
-def test_the_process_start_counts_what_ran_before_the_module_was_imported() -> None:
-    """A process that sleeps before it imports the module still counts the sleep: the start is
-    the process's, not the import's (a wrong /proc field gives a figure far off either way)."""
-    script = (
-        f"import time; time.sleep({SLEEP_SECONDS})\n"
-        "from llmfleet.operator.metrics import process_start\n"
-        "print(time.monotonic() - process_start())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, timeout=60).stdout  # fmt: skip
-    age = float(out)
-    assert SLEEP_SECONDS <= age < SLEEP_SECONDS + 20, age
-    assert process_start() <= time.monotonic()
 
 
 def test_a_step_keeps_its_first_time() -> None:

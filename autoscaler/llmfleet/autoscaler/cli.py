@@ -22,8 +22,10 @@ from llmfleet.core.options import given
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from llmfleet.autoscaler.kube import Kube
     from llmfleet.autoscaler.lease import LeaseElector
     from llmfleet.autoscaler.loop import Outcome
+    from llmfleet.autoscaler.metrics import AutoscalerMetrics
 
 # The Kubernetes and Prometheus clients and the policy are imported by `run`, not here:
 # `llmfleet --help` loads this module to list the command and must stay fast.
@@ -101,6 +103,7 @@ def run(
     metrics = AutoscalerMetrics()
     if settings.metrics_port and not once:
         start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+        metrics.start.reached("serving")
     kube = Kube(
         connect(str(kubeconfig) if kubeconfig else None, component="autoscaler"),
         settings.namespaces,
@@ -149,10 +152,13 @@ def run(
     fast = settings.fast_interval_seconds
     frozen = False
     try:
+        # The watches start now, the services' and the pods' LISTs together (a standby replica
+        # keeps them too, so it acts at once when it takes the Lease over).
+        kube.start()
         while True:
             started = time.monotonic()
-            if leads():
-                _log_pass(autoscaler.run_once, "autoscaler pass")
+            if leads() and _log_pass(autoscaler.run_once, "autoscaler pass"):
+                note_start(metrics, kube)
             if once:
                 return
             if not frozen:
@@ -197,7 +203,19 @@ def _elector(settings: AutoscalerSettings, api: ApiClient) -> LeaseElector:
     )
 
 
-def _log_pass(run_pass: Callable[[datetime], list[Outcome]], what: str) -> None:
+def note_start(metrics: AutoscalerMetrics, kube: Kube) -> None:
+    """After a full pass that went through: the start's last steps
+    (`llmfleet_autoscaler_start_seconds`), the first pass now and the watches' first LISTs when
+    they were in memory (the pass waited for them)."""
+    if not metrics.start.has_reached("listed"):
+        listed = kube.synced_at()
+        if listed is not None:
+            metrics.start.reached("listed", listed)
+    metrics.start.reached("first_pass")
+
+
+def _log_pass(run_pass: Callable[[datetime], list[Outcome]], what: str) -> bool:
+    """Run a pass and log what it wrote; whether it went through (a failure is logged)."""
     try:
         for outcome in run_pass(datetime.now(UTC)):
             if outcome.written:
@@ -207,3 +225,5 @@ def _log_pass(run_pass: Callable[[datetime], list[Outcome]], what: str) -> None:
                 log.info("%s/%s: %s", outcome.namespace, outcome.name, pools)
     except Exception:  # the API server may be briefly away; the next pass tries again
         log.exception("%s failed", what)
+        return False
+    return True

@@ -160,6 +160,21 @@ class Kube:
                 result.setdefault(key, []).append(pod_view(pod))
         return result
 
+    def start(self) -> None:
+        """Start the services' and the pods' watches now, together: started on first use, by
+        a pass, the pods' LIST would begin only once the services' was in."""
+        self.service_informers()
+        self.pod_informers()
+
+    def synced_at(self) -> float | None:
+        """When the last of the watches' first LISTs was in memory (`time.monotonic()`); None
+        until all of them are, or before they are started."""
+        informers = [*(self._services or []), *(self._pods or [])]
+        times = [informer.synced_at for informer in informers]
+        if not informers or None in times:
+            return None
+        return max(t for t in times if t is not None)
+
     def stop(self) -> None:
         """End the services' and pods' watches."""
         for informer in [*(self._services or []), *(self._pods or [])]:

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from llmfleet.core.start_steps import StartSteps
+
 
 class AutoscalerMetrics:
     """One set per process, on its own registry (no global state)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.start_seconds = Gauge(
+            "llmfleet_autoscaler_start_seconds",
+            "Seconds from this process's start to each step of its start: serving (these "
+            "metrics served), listed (the watches' first LISTs of services and pods in memory), "
+            "first_pass (the first full pass done). A step not reached has no sample (a standby "
+            "replica passes nothing).",
+            ["step"],
+            registry=self.registry,
+        )
+        self.start = StartSteps(self.start_seconds)
         labels = ["namespace", "service", "pool"]
         self.desired_replicas = Gauge(
             "llmfleet_autoscaler_desired_replicas",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import time
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from llmfleet.core.start_steps import StartSteps
 
 
 class OperatorMetrics:
@@ -38,8 +37,7 @@ class OperatorMetrics:
             ["step"],
             registry=self.registry,
         )
-        self._process_start = process_start()
-        self._reached: set[str] = set()
+        self._start = StartSteps(self.start_seconds)
         self.pod_changes = Counter(
             "llmfleet_operator_pod_changes_total",
             "Serving-label flips: promotions of spares and demotions of serving pods.",
@@ -112,32 +110,11 @@ class OperatorMetrics:
         )
 
     def reached(self, step: str, at: float | None = None) -> None:
-        """The start reached `step` at `at` (`time.monotonic()`; now when None). Only the first
-        time counts: a later call for the same step changes nothing."""
-        if step in self._reached:
-            return
-        self._reached.add(step)
-        seconds = (time.monotonic() if at is None else at) - self._process_start
-        self.start_seconds.labels(step).set(max(seconds, 0.0))
+        """The start reached `step` (`StartSteps.reached`)."""
+        self._start.reached(step, at)
 
     def has_reached(self, step: str) -> bool:
-        return step in self._reached
-
-
-def process_start() -> float:
-    """When this process started, on `time.monotonic()`'s clock: from its start time in /proc,
-    so the interpreter's start and the imports count (10 ms steps); where there is no /proc,
-    now."""
-    now = time.monotonic()
-    try:
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        stat = Path("/proc/self/stat").read_text()
-    except OSError:
-        return now
-    # Field 22 of stat, the start in clock ticks since boot; the command name (field 2, in
-    # parentheses) may hold spaces, so fields are counted after its closing parenthesis.
-    started = int(stat.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-    return now - (uptime - started)
+        return self._start.has_reached(step)
 
 
 POOL_STATES = ("serving", "spare", "starting", "pending")
