@@ -70,9 +70,11 @@ class AutoscalerSettings(LoopbackSettings):
     status_write_concurrency: int = Field(default=4, ge=1)
     """Status writes of one pass in flight at once. A pass writes every service whose decision
     changed: at the first pass after an install, or when Prometheus goes away and every service
-    says so, that is the whole fleet, and one PATCH after another held that pass (and the fast
-    passes behind it) for 103 s at 1,000 services (bench/control_plane_scale.py). The Kubernetes
-    client keeps 5 connections per CPU it sees; the two watches hold two of them."""
+    says so, that is the whole fleet, and the pass (and the fast passes behind it) waits for all
+    of them: 102 s at 1,000 services in bench/control_plane_scale.py. Four at once overlap the
+    round trips; on the 2-core benchmark machine the API server's own CPU per PATCH bounds them
+    (49 vs 60 writes/s: bench/status_write_concurrency.py), so that first pass took as long
+    there. The Kubernetes client keeps 5 connections per CPU it sees; the two watches hold two."""
     profiles_dir: Path | None = None
     """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
     field_manager: str = "llmfleet-autoscaler"
