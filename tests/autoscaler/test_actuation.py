@@ -487,6 +487,57 @@ def test_a_refused_write_fails_only_its_service_and_the_next_pass_writes_it(
     assert "svc-2" in kube.written
 
 
+def merged(stored: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`stored` after a JSON merge patch (RFC 7386: a null removes its key)."""
+    result = dict(stored)
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = merged({}, value) if isinstance(value, Mapping) else value
+    return result
+
+
+class StoringFleetKube(FleetKube):
+    """A `FleetKube` whose writes merge into the services' stored status, as the API server's
+    do, so that a pass after a write finds it written."""
+
+    def write_autoscaling(self, namespace: str, name: str, autoscaling: dict[str, Any]) -> bool:
+        super().write_autoscaling(namespace, name, autoscaling)
+        one = next(b for b in self.bodies if b["metadata"]["name"] == name)
+        status = one.setdefault("status", {})
+        status["autoscaling"] = merged(status.get("autoscaling", {}), autoscaling)
+        return True
+
+
+def test_writes_that_change_no_target_are_bounded_per_pass_and_done_by_the_next_passes() -> None:
+    """Five first decisions that keep the spec's counts (one replica, one spare), two a pass."""
+    kube, source = StoringFleetKube(5), Signals()
+    scaler = autoscaler(kube, source, other_writes=2)
+    source.by_pool["unified"] = signals(1.0, seconds=0)  # 10 streams: one replica, as the spec
+    written, deferred = [], []
+    for second in range(0, 60, 15):
+        kube.written = []
+        outcomes = scaler.run_once(at(second))
+        assert all(o.decision.pools["unified"].active == 1 for o in outcomes)
+        written.append(kube.written)
+        deferred.append(sample(scaler, "llmfleet_autoscaler_status_writes_deferred"))
+    assert written == [["svc-0", "svc-1"], ["svc-2", "svc-3"], ["svc-4"], []]
+    assert deferred == [3, 1, 0, 0]
+
+
+def test_writes_that_change_a_target_are_all_done_whatever_the_bound() -> None:
+    kube, source = StoringFleetKube(5), Signals()
+    scaler = autoscaler(kube, source, other_writes=0)
+    source.by_pool["unified"] = signals(20.0, seconds=0)  # 200 streams: more than one replica
+    outcomes = scaler.run_once(at(0))
+    assert all(o.decision.pools["unified"].active > 1 for o in outcomes)
+    assert kube.written == [f"svc-{index}" for index in range(5)]
+    assert sample(scaler, "llmfleet_autoscaler_status_writes_deferred") == 0
+
+
 def test_signals_down_hold_every_service_with_one_line(caplog: pytest.LogCaptureFixture) -> None:
     kube, source = FleetKube(20), Signals()
     source.down = True

@@ -13,9 +13,13 @@ rules) when they change, not on every pass (`Parsed`): at 1,000 services that pa
 a pass's own CPU (bench/autoscaler_pass_client.py).
 
 A pass decides every service first, then writes the statuses that changed, a few at once
-(`write_concurrency`), so that a pass that must write much of the fleet (its first, or when the
-signals go away for every service) does not take one round trip per service in a row; events
-and log lines follow, in the services' order.
+(`write_concurrency`); events and log lines follow, in the services' order. A pass may have
+much of the fleet to write with no pool's count changing: its first after an install (every
+service's first decision), or when the signals go away for every service, and again when they
+come back. Each write costs the API server ~20 ms of CPU and wakes the operator, so 1,000 of them
+held a pass, and the fast passes behind it, for 102 s (bench/control_plane_scale.py). A pass
+writes every decision that changes a pool's target, and at most `other_writes` of the others;
+the rest are written by the passes after it.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from llmfleet.autoscaler.inputs import (
 )
 from llmfleet.autoscaler.kube import Kube
 from llmfleet.autoscaler.metrics import AutoscalerMetrics
-from llmfleet.autoscaler.pods import PodView, pool_pods
+from llmfleet.autoscaler.pods import PodView, pool_pods, targets
 from llmfleet.autoscaler.policy import decide, decide_fast
 from llmfleet.core.capacity_profile import CapacityProfile
 from llmfleet.crds.inference_service import AutoscalingStatus, FloorMemory, InferenceServiceSpec
@@ -178,6 +182,7 @@ class Autoscaler:
         config: PolicyConfig | None = None,
         status_refresh_seconds: float | None = None,
         write_concurrency: int = 1,
+        other_writes: int | None = None,
     ) -> None:
         self.kube = kube
         self.signals = signals
@@ -188,6 +193,9 @@ class Autoscaler:
         self.write_concurrency = write_concurrency
         """Status writes of a pass in flight at once (1: in the pass's own thread, one after the
         other; `AutoscalerSettings.status_write_concurrency` is the command's)."""
+        self.other_writes = other_writes
+        """Status writes per pass that change no pool's target (None: no bound;
+        `AutoscalerSettings.status_other_writes_per_pass` is the command's)."""
         self.states: dict[str, PolicyState] = {}
         self.said = Said()
         self.parsed = Parsed()
@@ -253,18 +261,27 @@ class Autoscaler:
     ) -> list[Outcome]:
         """Every candidate decided, then the statuses that changed written (`_write`), then
         their events, in the candidates' order. A service whose decision or write failed is
-        left out (logged and counted; the next pass tries again)."""
+        left out (logged and counted; the next pass tries again). Of the writes that change no
+        pool's target, only the first `other_writes` are done; the rest wait for later passes
+        (`writes_deferred`), each of which finds them still to write until it is written."""
         decided: list[tuple[_Candidate, Decision, dict[str, Any] | None]] = []
+        others = 0  # writes that change no target, so far
+        deferred = 0
         for candidate in candidates:
             try:
-                decision, patch = self._decide(
+                decision, patch, acts = self._decide(
                     candidate, pods.get(candidate.key, []), signals, now, fast=fast
                 )
             except Exception:
                 log.exception("autoscaling %s/%s failed", *candidate.key)
                 self.metrics.errors.labels("write").inc()
                 continue
+            if patch is not None and not acts:
+                others += 1
+                if self.other_writes is not None and others > self.other_writes:
+                    patch, deferred = None, deferred + 1  # a later pass writes it
             decided.append((candidate, decision, patch))
+        self.metrics.writes_deferred.set(deferred)
         outcomes: list[Outcome] = []
         writes = self._write([(candidate.key, patch) for candidate, _, patch in decided])
         for (candidate, decision, _), written in zip(decided, writes, strict=True):
@@ -312,9 +329,10 @@ class Autoscaler:
         now: datetime,
         *,
         fast: bool,
-    ) -> tuple[Decision, dict[str, Any] | None]:
-        """The service's decision, and the merge patch of its status to write (None: nothing
-        to write)."""
+    ) -> tuple[Decision, dict[str, Any] | None, bool]:
+        """The service's decision, the merge patch of its status to write (None: nothing to
+        write), and whether that write changes what the operator runs towards (a pool's serving
+        count or spares, `pods.targets`)."""
         spec, current, uid = candidate.spec, candidate.current, candidate.uid
         namespace, name = candidate.key
         pools = list(spec.pools())
@@ -373,8 +391,8 @@ class Autoscaler:
             and (last is None or (now - last).total_seconds() >= refresh)
         )
         if _counts(current) == _counts(status) and not due:
-            return decision, None
-        return decision, _patch(status, current)
+            return decision, None, False
+        return decision, _patch(status, current), targets(spec, status) != targets(spec, current)
 
     def _write(
         self, patches: Sequence[tuple[ServiceKey, dict[str, Any] | None]]

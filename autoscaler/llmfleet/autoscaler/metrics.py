@@ -22,6 +22,12 @@ class AutoscalerMetrics:
             registry=self.registry,
         )
         self.start = StartSteps(self.start_seconds)
+        self.writes_deferred = Gauge(
+            "llmfleet_autoscaler_status_writes_deferred",
+            "Status writes the last pass left to the passes after it: decisions that change no "
+            "pool's target, past LLMFLEET_AUTOSCALER_STATUS_OTHER_WRITES_PER_PASS.",
+            registry=self.registry,
+        )
         labels = ["namespace", "service", "pool"]
         self.desired_replicas = Gauge(
             "llmfleet_autoscaler_desired_replicas",

@@ -73,8 +73,16 @@ class AutoscalerSettings(LoopbackSettings):
     says so, that is the whole fleet, and the pass (and the fast passes behind it) waits for all
     of them: 102 s at 1,000 services in bench/control_plane_scale.py. Four at once overlap the
     round trips; on the 2-core benchmark machine the API server's own CPU per PATCH bounds them
-    (49 vs 60 writes/s: bench/status_write_concurrency.py), so that first pass took as long
-    there. The Kubernetes client keeps 5 connections per CPU it sees; the two watches hold two."""
+    (49 vs 60 writes/s: bench/status_write_concurrency.py), which is why most such writes are
+    also spread over passes (`status_other_writes_per_pass`). The Kubernetes client keeps 5
+    connections per CPU it sees; the two watches hold two."""
+    status_other_writes_per_pass: int | None = Field(default=100, ge=0)
+    """Status writes per pass that change no pool's serving count or spares (a service's first
+    decision that keeps its spec's counts, a reason, a floor's memory, signals going missing or
+    coming back): at most this many, the rest in the passes after it; writes that change a
+    count are all done. Bounds a pass when much of the fleet has such a write at once (the
+    first pass after an install at 1,000 services: 102 s unbounded; `loop.py`). Unset: no
+    bound."""
     profiles_dir: Path | None = None
     """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
     field_manager: str = "llmfleet-autoscaler"
