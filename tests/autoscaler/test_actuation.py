@@ -513,28 +513,43 @@ class StoringFleetKube(FleetKube):
 
 
 def test_writes_that_change_no_target_are_bounded_per_pass_and_done_by_the_next_passes() -> None:
-    """Five first decisions that keep the spec's counts (one replica, one spare), two a pass."""
+    """Five first decisions that keep the spec's counts (one replica, one spare), no time for
+    them: one a full pass, none in a fast pass."""
     kube, source = StoringFleetKube(5), Signals()
-    scaler = autoscaler(kube, source, other_writes=2)
+    scaler = autoscaler(kube, source, other_writes_seconds=0.0)
     source.by_pool["unified"] = signals(1.0, seconds=0)  # 10 streams: one replica, as the spec
+    source.gauges["unified"] = signals(0.0, seconds=0)
     written, deferred = [], []
-    for second in range(0, 60, 15):
+    for second in range(0, 90, 15):
         kube.written = []
         outcomes = scaler.run_once(at(second))
         assert all(o.decision.pools["unified"].active == 1 for o in outcomes)
         written.append(kube.written)
         deferred.append(sample(scaler, "llmfleet_autoscaler_status_writes_deferred"))
-    assert written == [["svc-0", "svc-1"], ["svc-2", "svc-3"], ["svc-4"], []]
-    assert deferred == [3, 1, 0, 0]
+        if second == 0:
+            scaler.run_fast(at(second + 5))
+            assert kube.written == ["svc-0"], "a fast pass wrote what changes no target"
+            assert sample(scaler, "llmfleet_autoscaler_status_writes_deferred") == 4
+    assert written == [["svc-0"], ["svc-1"], ["svc-2"], ["svc-3"], ["svc-4"], []]
+    assert deferred == [4, 3, 2, 1, 0, 0]
+
+
+def test_without_a_bound_a_pass_writes_them_all() -> None:
+    kube, source = StoringFleetKube(5), Signals()
+    scaler = autoscaler(kube, source, write_concurrency=2)
+    source.by_pool["unified"] = signals(1.0, seconds=0)
+    scaler.run_once(at(0))
+    assert sorted(kube.written) == [f"svc-{index}" for index in range(5)]
+    assert sample(scaler, "llmfleet_autoscaler_status_writes_deferred") == 0
 
 
 def test_writes_that_change_a_target_are_all_done_whatever_the_bound() -> None:
     kube, source = StoringFleetKube(5), Signals()
-    scaler = autoscaler(kube, source, other_writes=0)
+    scaler = autoscaler(kube, source, other_writes_seconds=0.0, write_concurrency=2)
     source.by_pool["unified"] = signals(20.0, seconds=0)  # 200 streams: more than one replica
     outcomes = scaler.run_once(at(0))
     assert all(o.decision.pools["unified"].active > 1 for o in outcomes)
-    assert kube.written == [f"svc-{index}" for index in range(5)]
+    assert sorted(kube.written) == [f"svc-{index}" for index in range(5)]
     assert sample(scaler, "llmfleet_autoscaler_status_writes_deferred") == 0
 
 

@@ -132,7 +132,7 @@ def run(
         ),
         status_refresh_seconds=settings.status_refresh_seconds,
         write_concurrency=settings.status_write_concurrency,
-        other_writes=settings.status_other_writes_per_pass,
+        other_writes_seconds=settings.status_other_writes_seconds,
     )
     log.info(
         "sizing %s every %g s (fast passes every %g s) from %s (%d capacity profiles)",

@@ -17,15 +17,17 @@ A pass decides every service first, then writes the statuses that changed, a few
 much of the fleet to write with no pool's count changing: its first after an install (every
 service's first decision), or when the signals go away for every service, and again when they
 come back. Each write costs the API server ~20 ms of CPU and wakes the operator, so 1,000 of them
-held a pass, and the fast passes behind it, for 102 s (bench/control_plane_scale.py). A pass
-writes every decision that changes a pool's target, and at most `other_writes` of the others;
-the rest are written by the passes after it.
+held a pass, and the fast passes behind it, for 102 s (bench/control_plane_scale.py). So a full
+pass writes every decision that changes a pool's target (`pods.targets`) first, then starts the
+others only within `other_writes_seconds` of its writes' start (one at least, so all of them
+get written, pass after pass); a fast pass writes only the former.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -182,7 +184,7 @@ class Autoscaler:
         config: PolicyConfig | None = None,
         status_refresh_seconds: float | None = None,
         write_concurrency: int = 1,
-        other_writes: int | None = None,
+        other_writes_seconds: float | None = None,
     ) -> None:
         self.kube = kube
         self.signals = signals
@@ -193,9 +195,10 @@ class Autoscaler:
         self.write_concurrency = write_concurrency
         """Status writes of a pass in flight at once (1: in the pass's own thread, one after the
         other; `AutoscalerSettings.status_write_concurrency` is the command's)."""
-        self.other_writes = other_writes
-        """Status writes per pass that change no pool's target (None: no bound;
-        `AutoscalerSettings.status_other_writes_per_pass` is the command's)."""
+        self.other_writes_seconds = other_writes_seconds
+        """How long after a full pass's writes start it may still start one that changes no
+        pool's target (None: no bound; `AutoscalerSettings.status_other_writes_seconds` is the
+        command's)."""
         self.states: dict[str, PolicyState] = {}
         self.said = Said()
         self.parsed = Parsed()
@@ -262,11 +265,10 @@ class Autoscaler:
         """Every candidate decided, then the statuses that changed written (`_write`), then
         their events, in the candidates' order. A service whose decision or write failed is
         left out (logged and counted; the next pass tries again). Of the writes that change no
-        pool's target, only the first `other_writes` are done; the rest wait for later passes
-        (`writes_deferred`), each of which finds them still to write until it is written."""
-        decided: list[tuple[_Candidate, Decision, dict[str, Any] | None]] = []
-        others = 0  # writes that change no target, so far
-        deferred = 0
+        pool's target, those past `other_writes_seconds` are left to later passes
+        (`writes_deferred`), each of which finds them still to write until one writes them; a
+        fast pass leaves them all."""
+        decided: list[tuple[_Candidate, Decision, dict[str, Any] | None, bool]] = []
         for candidate in candidates:
             try:
                 decision, patch, acts = self._decide(
@@ -276,22 +278,19 @@ class Autoscaler:
                 log.exception("autoscaling %s/%s failed", *candidate.key)
                 self.metrics.errors.labels("write").inc()
                 continue
-            if patch is not None and not acts:
-                others += 1
-                if self.other_writes is not None and others > self.other_writes:
-                    patch, deferred = None, deferred + 1  # a later pass writes it
-            decided.append((candidate, decision, patch))
-        self.metrics.writes_deferred.set(deferred)
+            decided.append((candidate, decision, patch, acts))
         outcomes: list[Outcome] = []
-        writes = self._write([(candidate.key, patch) for candidate, _, patch in decided])
-        for (candidate, decision, _), written in zip(decided, writes, strict=True):
+        # A fast pass acts; what changes no target waits for a full pass.
+        writes = self._write([(c.key, patch, acts) for c, _, patch, acts in decided], not fast)
+        self.metrics.writes_deferred.set(sum(written is None for written in writes))
+        for (candidate, decision, _, _), written in zip(decided, writes, strict=True):
             if isinstance(written, Exception):
                 log.error("autoscaling %s/%s failed", *candidate.key, exc_info=written)
                 self.metrics.errors.labels("write").inc()
                 continue
             if written:
                 self._report_changes(candidate.body, candidate.current, decision)
-            outcomes.append(Outcome(*candidate.key, decision, written))
+            outcomes.append(Outcome(*candidate.key, decision, bool(written)))
         return outcomes
 
     def _read(
@@ -395,27 +394,51 @@ class Autoscaler:
         return decision, _patch(status, current), targets(spec, status) != targets(spec, current)
 
     def _write(
-        self, patches: Sequence[tuple[ServiceKey, dict[str, Any] | None]]
-    ) -> list[bool | Exception]:
-        """Each service's status patch written (None: nothing to write, False), up to
-        `write_concurrency` at once; per service, whether it was written (False: the service is
-        gone) or the error its write raised."""
+        self, patches: Sequence[tuple[ServiceKey, dict[str, Any] | None, bool]], others: bool
+    ) -> list[bool | Exception | None]:
+        """Each service's status patch (None: nothing to write) written, up to
+        `write_concurrency` at once: those that change a target (the bool) first, then, with
+        `others`, the others while within `other_writes_seconds` of the start (one at least,
+        so that every one is written in a few passes). Per service, in
+        `patches`' order: whether it was written (False: nothing to write, or the service is
+        gone), the error its write raised, or None when it was left to a later pass."""
+        deadline = (
+            None if self.other_writes_seconds is None
+            else time.monotonic() + self.other_writes_seconds
+        )  # fmt: skip
+        lock = threading.Lock()
+        started = 0  # writes that change no target, started
 
-        def one(item: tuple[ServiceKey, dict[str, Any] | None]) -> bool | Exception:
-            (namespace, name), patch = item
+        def one(item: tuple[ServiceKey, dict[str, Any] | None, bool]) -> bool | Exception | None:
+            nonlocal started
+            (namespace, name), patch, acts = item
             if patch is None:
                 return False
+            if not acts:
+                with lock:
+                    late = deadline is not None and time.monotonic() >= deadline
+                    if not others or (started and late):
+                        return None
+                    started += 1
             try:
                 return self.kube.write_autoscaling(namespace, name, patch)
             except Exception as error:  # this service's decision is retried by the next pass
                 return error
 
-        writes = sum(patch is not None for _, patch in patches)
+        order = sorted(range(len(patches)), key=lambda index: not patches[index][2])
+        found: list[bool | Exception | None] = [False] * len(patches)
+        writes = sum(patch is not None for _, patch, _ in patches)
         if min(self.write_concurrency, writes) < 2:
-            return [one(item) for item in patches]
+            for index in order:
+                found[index] = one(patches[index])
+            return found
         # Threads for this pass only: most passes write nothing, and none are left behind.
         with ThreadPoolExecutor(min(self.write_concurrency, writes), "status-write") as writers:
-            return list(writers.map(one, patches))
+            for index, written in zip(
+                order, writers.map(one, [patches[i] for i in order]), strict=True
+            ):
+                found[index] = written
+        return found
 
     def _report_changes(
         self, body: dict[str, Any], current: AutoscalingStatus | None, decision: Decision

@@ -25,7 +25,8 @@ class AutoscalerMetrics:
         self.writes_deferred = Gauge(
             "llmfleet_autoscaler_status_writes_deferred",
             "Status writes the last pass left to the passes after it: decisions that change no "
-            "pool's target, past LLMFLEET_AUTOSCALER_STATUS_OTHER_WRITES_PER_PASS.",
+            "pool's target, past LLMFLEET_AUTOSCALER_STATUS_OTHER_WRITES_SECONDS (full passes) or "
+            "any (fast passes).",
             registry=self.registry,
         )
         labels = ["namespace", "service", "pool"]

@@ -74,14 +74,15 @@ class AutoscalerSettings(LoopbackSettings):
     of them: 102 s at 1,000 services in bench/control_plane_scale.py. Four at once overlap the
     round trips; on the 2-core benchmark machine the API server's own CPU per PATCH bounds them
     (49 vs 60 writes/s: bench/status_write_concurrency.py), which is why most such writes are
-    also spread over passes (`status_other_writes_per_pass`). The Kubernetes client keeps 5
+    also spread over passes (`status_other_writes_seconds`). The Kubernetes client keeps 5
     connections per CPU it sees; the two watches hold two."""
-    status_other_writes_per_pass: int | None = Field(default=100, ge=0)
-    """Status writes per pass that change no pool's serving count or spares (a service's first
-    decision that keeps its spec's counts, a reason, a floor's memory, signals going missing or
-    coming back): at most this many, the rest in the passes after it; writes that change a
-    count are all done. Bounds a pass when much of the fleet has such a write at once (the
-    first pass after an install at 1,000 services: 102 s unbounded; `loop.py`). Unset: no
+    status_other_writes_seconds: float | None = Field(default=1.0, ge=0)
+    """How long after a full pass's status writes start it may still start one that changes no
+    pool's serving count or spares (a service's first decision that keeps its spec's counts, a
+    reason, a floor's memory, signals going missing or coming back); the rest are written by
+    the passes after it, at least one each. Writes that change a count all go first, and fast
+    passes write only those. Bounds a pass when much of the fleet has such a write at once:
+    1,000 of them held the first pass after an install for 102 s (`loop.py`). Unset: no
     bound."""
     profiles_dir: Path | None = None
     """Directory of capacity profiles (`llmfleet-runtime profile` output), one per model."""
