@@ -427,7 +427,8 @@ class Autoscaler:
 
         order = sorted(range(len(patches)), key=lambda index: not patches[index][2])
         found: list[bool | Exception | None] = [False] * len(patches)
-        writes = sum(patch is not None for _, patch, _ in patches)
+        # What may be written: a fast pass starts no thread for writes it leaves to later.
+        writes = sum(patch is not None and (acts or others) for _, patch, acts in patches)
         if min(self.write_concurrency, writes) < 2:
             for index in order:
                 found[index] = one(patches[index])
